@@ -2,7 +2,11 @@ module github.com/jitllm/jitllm
 
 go 1.26.8
 
-require github.com/spf13/cobra v1.10.2
+require (
+	github.com/dave/jennifer v1.7.1
+	github.com/dlclark/regexp2 v1.11.5
+	github.com/spf13/cobra v1.10.2
+)
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

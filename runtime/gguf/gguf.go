@@ -197,12 +197,13 @@ func Parse(ra io.ReaderAt, size int64) (*File, error) {
 		if !t.Type.Known() {
 			return nil, fmt.Errorf("tensor %q has unknown ggml type %d", t.Name, typ)
 		}
-		rowBytes, err := quant.RowBytes(t.Type, t.Dims[0])
-		if err != nil {
+		if _, err := quant.RowBytes(t.Type, t.Dims[0]); err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		rows := elems / uint64(t.Dims[0])
-		hi, sz := bits.Mul64(uint64(rowBytes), rows)
+		// Bytes = blocks * block bytes, computed without overflow (a row's
+		// byte count alone can wrap int64: 2^62+1 F32 elements).
+		l, _ := quant.LayoutOf(t.Type)
+		hi, sz := bits.Mul64(elems/uint64(l.BlockSize), uint64(l.BlockBytes))
 		if hi != 0 || sz > math.MaxInt64 {
 			return nil, fmt.Errorf("tensor %q byte size overflows", t.Name)
 		}
@@ -218,7 +219,7 @@ func Parse(ra io.ReaderAt, size int64) (*File, error) {
 	dataSize := size - f.DataOffset
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
-		if rel[i] > uint64(max(dataSize, 0)) || uint64(t.Size) > uint64(dataSize)-rel[i] {
+		if dataSize < 0 || rel[i] > uint64(dataSize) || uint64(t.Size) > uint64(dataSize)-rel[i] {
 			return nil, fmt.Errorf("tensor %q data [%d, +%d) runs past the end of the file (data section is %d bytes)", t.Name, rel[i], t.Size, max(dataSize, 0))
 		}
 		t.Offset = f.DataOffset + int64(rel[i])

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/generate"
+	"github.com/jitllm/jitllm/runtime/sample"
+)
+
+// genFlags are the flags run and chat share.
+type genFlags struct {
+	n         int
+	threads   int
+	ctx       int
+	samp      sample.Params
+	noSpecial bool
+	special   bool
+	verbose   bool
+}
+
+func (f *genFlags) register(c *cobra.Command) {
+	f.samp = sample.DefaultParams()
+	fl := c.Flags()
+	fl.IntVarP(&f.n, "n", "n", 128, "tokens to generate (0 = until end of text or a full context)")
+	fl.IntVarP(&f.threads, "threads", "t", 0, "worker threads (0 = one per CPU)")
+	fl.IntVarP(&f.ctx, "ctx", "c", 0, "context size in tokens (0 = the model's, at most 4096)")
+	fl.Float32Var(&f.samp.Temperature, "temp", f.samp.Temperature, "temperature (0 = greedy)")
+	fl.IntVar(&f.samp.TopK, "top-k", f.samp.TopK, "keep the k most likely tokens (0 = off)")
+	fl.Float32Var(&f.samp.TopP, "top-p", f.samp.TopP, "nucleus sampling mass (1 = off)")
+	fl.Float32Var(&f.samp.MinP, "min-p", f.samp.MinP, "drop tokens less likely than min-p × the best (0 = off)")
+	fl.Float32Var(&f.samp.RepeatPenalty, "repeat-penalty", f.samp.RepeatPenalty, "penalty for recent tokens (1 = off)")
+	fl.IntVar(&f.samp.RepeatLastN, "repeat-last-n", f.samp.RepeatLastN, "how many recent tokens the penalties look at (-1 = all)")
+	fl.Float32Var(&f.samp.FrequencyPenalty, "frequency-penalty", 0, "subtract count × this from each seen token")
+	fl.Float32Var(&f.samp.PresencePenalty, "presence-penalty", 0, "subtract this from each seen token")
+	fl.Uint64Var(&f.samp.Seed, "seed", f.samp.Seed, "random seed")
+	fl.BoolVar(&f.noSpecial, "no-bos", false, "do not add the vocabulary's BOS/EOS tokens to the prompt")
+	fl.BoolVar(&f.special, "special", false, "parse special-token text (e.g. <s>) in the prompt")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print timings to stderr")
+}
+
+func (f *genFlags) request(prompt string) generate.Request {
+	return generate.Request{Prompt: prompt, MaxTokens: f.n, Sampling: f.samp, NoSpecial: f.noSpecial, ParseSpecial: f.special}
+}
+
+func (f *genFlags) open(path string) (*generate.Model, *generate.Session, error) {
+	if err := f.samp.Validate(); err != nil {
+		return nil, nil, err
+	}
+	m, err := generate.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := m.NewSession(exec.Options{Threads: f.threads, Context: f.ctx})
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return m, s, nil
+}
+
+func report(w io.Writer, r *generate.Result) {
+	pf := float64(len(r.PromptTokens)) / r.Prefill.Seconds()
+	dc := float64(len(r.Tokens)) / r.Decode.Seconds()
+	fmt.Fprintf(w, "\nprompt %d tokens in %v (%.1f tok/s), generated %d in %v (%.1f tok/s), stop: %s\n",
+		len(r.PromptTokens), r.Prefill.Round(1e5), pf, len(r.Tokens), r.Decode.Round(1e5), dc, r.StopReason)
+}
+
+func init() {
+	var f genFlags
+	var prompt string
+	var noPrompt bool
+	c := &cobra.Command{
+		Use:   "run MODEL -p PROMPT",
+		Short: "generate text from a prompt (MODEL is a .gguf or .jlm file)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, s, err := f.open(args[0])
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			defer s.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			if !noPrompt {
+				out.WriteString(prompt) // as llama.cpp's CLI does
+			}
+			res, err := s.Generate(ctx, f.request(prompt), func(text string) error {
+				out.WriteString(text)
+				return out.Flush()
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out)
+			if f.verbose {
+				out.Flush()
+				report(cmd.ErrOrStderr(), res)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&prompt, "prompt", "p", "", "the prompt")
+	c.Flags().BoolVar(&noPrompt, "no-display-prompt", false, "print only the generated text")
+	f.register(c)
+	root.AddCommand(c)
+}
+
+func init() {
+	var f genFlags
+	c := &cobra.Command{
+		Use:   "chat MODEL",
+		Short: "an interactive loop: each line you type is continued by the model",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, s, err := f.open(args[0])
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			defer s.Close()
+			in := bufio.NewScanner(cmd.InOrStdin())
+			in.Buffer(make([]byte, 1<<20), 1<<20)
+			out := cmd.OutOrStdout()
+			// Until chat templates arrive, each turn continues the text so far.
+			var history strings.Builder
+			for {
+				fmt.Fprint(out, "> ")
+				if !in.Scan() {
+					fmt.Fprintln(out)
+					return in.Err()
+				}
+				line := in.Text()
+				if line == "/exit" || line == "/quit" {
+					return nil
+				}
+				history.WriteString(line)
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+				req := f.request(history.String())
+				req.Truncate = true
+				res, err := s.Generate(ctx, req, func(text string) error {
+					history.WriteString(text)
+					_, err := io.WriteString(out, text)
+					return err
+				})
+				stop()
+				if err != nil && ctx.Err() == nil {
+					return err
+				}
+				fmt.Fprintln(out)
+				history.WriteString("\n")
+				if f.verbose && res != nil {
+					report(cmd.ErrOrStderr(), res)
+				}
+			}
+		},
+	}
+	f.register(c)
+	root.AddCommand(c)
+}

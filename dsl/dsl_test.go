@@ -1,0 +1,120 @@
+package dsl_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/runtime/meta"
+)
+
+type env struct {
+	m       *meta.Map
+	missing map[string]bool
+}
+
+func (e env) Meta() *meta.Map      { return e.m }
+func (e env) Has(name string) bool { return !e.missing[name] }
+func newEnv(arch string, kv map[string]uint32) env {
+	var m meta.Map
+	m.Set("general.architecture", meta.Str(arch))
+	for k, v := range kv {
+		m.Set(arch+"."+k, meta.U32(v))
+	}
+	return env{m: &m, missing: map[string]bool{}}
+}
+
+func init() {
+	dsl.Register(dsl.Family{Name: "toy", Architectures: []string{"toy"}, Build: func(g *dsl.G) {
+		n := g.Hyper.Int("embedding_length")
+		v := g.Hyper.Int("vocab_size")
+		e := g.W("token_embd.weight", "embed.weight", dsl.Shape(n, v))
+		x := g.Embed(e, g.Tokens())
+		b := g.Block(0)
+		x = g.RMSNorm(x, b.W("attn_norm", "norm", dsl.Shape(n)), 1e-5)
+		out := g.W("output.weight", "lm_head.weight", dsl.Shape(n, v), dsl.Optional)
+		if out == nil {
+			out = e
+		}
+		g.Output("logits", g.MatMul(out, x))
+	}})
+}
+
+func TestBuildToy(t *testing.T) {
+	e := newEnv("toy", map[string]uint32{"embedding_length": 16, "vocab_size": 10})
+	g, err := dsl.Build(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Weights) != 3 || g.Layers != 1 {
+		t.Fatalf("weights %d layers %d", len(g.Weights), g.Layers)
+	}
+	if w := g.Weights[1]; w.GGUF != "blk.0.attn_norm.weight" || w.HF != "model.layers.0.norm.weight" || w.Class != dsl.ClassRepeating {
+		t.Fatalf("block weight %+v", w)
+	}
+	logits := g.Nodes[g.Outputs["logits"]]
+	if logits.Op != dsl.OpMatMul || logits.Cols != 10 {
+		t.Fatalf("logits node %+v", logits)
+	}
+	// Tied output: without output.weight the embedding is reused.
+	e.missing["output.weight"] = true
+	g, err = dsl.Build(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Weights) != 2 || g.Nodes[g.Outputs["logits"]].Weight != 0 {
+		t.Fatalf("tied output not reused: %d weights", len(g.Weights))
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	cases := map[string]struct {
+		e    env
+		want string
+	}{
+		"unknown arch":  {newEnv("nosuch", nil), `architecture "nosuch" has no graph`},
+		"missing hyper": {newEnv("toy", map[string]uint32{"vocab_size": 10}), "toy.embedding_length"},
+		"missing weight": {func() env {
+			e := newEnv("toy", map[string]uint32{"embedding_length": 4, "vocab_size": 3})
+			e.missing["blk.0.attn_norm.weight"] = true
+			return e
+		}(), "blk.0.attn_norm.weight is missing"},
+		"zero size": {newEnv("toy", map[string]uint32{"embedding_length": 0, "vocab_size": 3}), "positive integer"},
+	}
+	for name, c := range cases {
+		_, err := dsl.Build(c.e)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", name, err, c.want)
+		}
+	}
+	var m meta.Map
+	if _, err := dsl.Build(env{m: &m}); err == nil || !strings.Contains(err.Error(), "general.architecture") {
+		t.Errorf("no architecture: %v", err)
+	}
+}
+
+func TestShapeMismatchFailsAtTrace(t *testing.T) {
+	f := &dsl.Family{Name: "bad", Architectures: []string{"bad"}, Build: func(g *dsl.G) {
+		e := g.W("token_embd.weight", "", dsl.Shape(8, 4))
+		x := g.Embed(e, g.Tokens())
+		g.Output("logits", g.MatMul(g.W("output.weight", "", dsl.Shape(16, 4)), x))
+	}}
+	if _, err := dsl.Trace(f); err == nil || !strings.Contains(err.Error(), "16 wide, input is 8") {
+		t.Fatalf("shape mismatch not caught at trace: %v", err)
+	}
+}
+
+func TestTableMatch(t *testing.T) {
+	tab := dsl.Table{Weights: []dsl.WeightRow{
+		{GGUF: "token_embd.weight", HF: "model.embed_tokens.weight"},
+		{GGUF: "blk.%d.attn_q.weight", HF: "model.layers.%d.self_attn.q_proj.weight"},
+	}}
+	if hf, ok := tab.HFName("blk.12.attn_q.weight"); !ok || hf != "model.layers.12.self_attn.q_proj.weight" {
+		t.Fatalf("HFName: %q %v", hf, ok)
+	}
+	for _, bad := range []string{"blk.x.attn_q.weight", "blk.01.attn_q.weight", "blk.1.attn_k.weight", "output.weight"} {
+		if _, _, ok := tab.Match(bad); ok {
+			t.Errorf("%s matched", bad)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package exec
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/kernels/quant"
+)
+
+// lower turns one node into a kernel closure specialized for its shapes and
+// weight type. Closures are made once, at plan time; they read the current
+// step's size from the runner.
+func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
+	g := r.m.Graph
+	y := r.bufs[id]
+	cols := n.Cols
+	in := func(k int) ([]float32, int) { return r.bufs[n.In[k]], g.Nodes[n.In[k]].Cols }
+	switch n.Op {
+	case dsl.OpTokens:
+		return func() {}, nil
+	case dsl.OpEmbed:
+		w := &r.m.Weights[n.Weight]
+		rb := w.RowBytes()
+		return func() {
+			for i := 0; i < r.nRows; i++ {
+				t := int(r.tokens[i])
+				quant.Dequantize(w.Type, w.Data[t*rb:(t+1)*rb], y[i*cols:(i+1)*cols])
+			}
+		}, nil
+	case dsl.OpMatMul:
+		return r.lowerMatMul(id, n)
+	case dsl.OpAdd, dsl.OpMul:
+		a, _ := in(0)
+		b, _ := in(1)
+		add := n.Op == dsl.OpAdd
+		return func() {
+			m := r.nRows * cols
+			if add {
+				for i := 0; i < m; i++ {
+					y[i] = a[i] + b[i]
+				}
+				return
+			}
+			for i := 0; i < m; i++ {
+				y[i] = a[i] * b[i]
+			}
+		}, nil
+	case dsl.OpScale:
+		a, _ := in(0)
+		f := n.F
+		return func() {
+			for i := 0; i < r.nRows*cols; i++ {
+				y[i] = a[i] * f
+			}
+		}, nil
+	case dsl.OpSiLU:
+		a, _ := in(0)
+		return func() {
+			for i := 0; i < r.nRows*cols; i++ {
+				x := a[i]
+				y[i] = x / (1 + expf(-x))
+			}
+		}, nil
+	case dsl.OpGELU:
+		a, _ := in(0)
+		return func() {
+			const c = 0.7978845608028654 // sqrt(2/π)
+			for i := 0; i < r.nRows*cols; i++ {
+				x := float64(a[i])
+				y[i] = float32(0.5 * x * (1 + math.Tanh(c*(x+0.044715*x*x*x))))
+			}
+		}, nil
+	case dsl.OpSoftmax:
+		a, _ := in(0)
+		return func() {
+			for i := 0; i < r.nRows; i++ {
+				softmax(a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols])
+			}
+		}, nil
+	case dsl.OpTopK:
+		a, w := in(0)
+		k := n.K
+		return func() {
+			for i := 0; i < r.nRows; i++ {
+				topK(a[i*w:(i+1)*w], y[i*k:(i+1)*k])
+			}
+		}, nil
+	case dsl.OpRMSNorm, dsl.OpLayerNorm:
+		return r.lowerNorm(id, n)
+	case dsl.OpRoPE:
+		return r.lowerRoPE(id, n)
+	case dsl.OpAttention:
+		return r.lowerAttention(id, n)
+	}
+	return nil, fmt.Errorf("op %s has no CPU kernel", n.Op)
+}
+
+// vector dequantizes a small weight (a norm scale) to float32 once.
+func (r *Runner) vector(wi int) ([]float32, error) {
+	if wi < 0 {
+		return nil, nil
+	}
+	w := &r.m.Weights[wi]
+	out := make([]float32, w.Dims[0])
+	if err := quant.Dequantize(w.Type, w.Data, out); err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.GGUF, err)
+	}
+	return out, nil
+}
+
+func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
+	a := r.bufs[n.In[0]]
+	cols := n.Cols
+	y := r.bufs[id]
+	w, err := r.vector(n.Weight)
+	if err != nil {
+		return nil, err
+	}
+	b, err := r.vector(n.Bias)
+	if err != nil {
+		return nil, err
+	}
+	eps := n.F
+	rms := n.Op == dsl.OpRMSNorm
+	return func() {
+		for i := 0; i < r.nRows; i++ {
+			x, o := a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
+			if rms {
+				// As ggml: the sum in double, the scale in float.
+				var sum float64
+				for _, v := range x {
+					sum += float64(v * v)
+				}
+				scale := 1 / float32(math.Sqrt(float64(float32(sum/float64(cols))+eps)))
+				for j, v := range x {
+					o[j] = v * scale
+				}
+			} else {
+				var sum float64
+				for _, v := range x {
+					sum += float64(v)
+				}
+				mean := float32(sum / float64(cols))
+				var sq float64
+				for j, v := range x {
+					o[j] = v - mean
+					sq += float64(o[j] * o[j])
+				}
+				scale := 1 / float32(math.Sqrt(float64(float32(sq/float64(cols))+eps)))
+				for j := range o {
+					o[j] *= scale
+				}
+			}
+			if w != nil {
+				for j := range o {
+					o[j] *= w[j]
+				}
+			}
+			if b != nil {
+				for j := range o {
+					o[j] += b[j]
+				}
+			}
+		}
+	}, nil
+}
+
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+func softmax(x, y []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var s float64
+	for i, v := range x {
+		e := expf(v - m)
+		y[i] = e
+		s += float64(e)
+	}
+	inv := float32(1 / s)
+	for i := range y {
+		y[i] *= inv
+	}
+}
+
+// topK writes the indices of the len(out) largest values of x, largest first.
+func topK(x, out []float32) {
+	k := len(out)
+	for j := 0; j < k; j++ {
+		best := -1
+		for i, v := range x {
+			taken := false
+			for _, o := range out[:j] {
+				if int(o) == i {
+					taken = true
+					break
+				}
+			}
+			if !taken && (best < 0 || v > x[best]) {
+				best = i
+			}
+		}
+		out[j] = float32(best)
+	}
+}

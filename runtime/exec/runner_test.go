@@ -1,0 +1,117 @@
+package exec
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// Feeding a prompt in one step or token by token must give the same logits
+// (up to float noise): the KV cache and positions are right.
+func TestBatchEqualsStepwise(t *testing.T) {
+	prompt := []int32{1, 403, 407, 261, 378, 432, 383}
+	a := load(t, "stories260K.gguf", Options{})
+	whole, err := a.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole = append([]float32(nil), whole...)
+	b := load(t, "stories260K.gguf", Options{MaxBatch: 3})
+	chunked, err := b.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := load(t, "stories260K.gguf", Options{})
+	var step []float32
+	for _, tok := range prompt {
+		if step, err = c.Forward([]int32{tok}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range whole {
+		if d := math.Abs(float64(whole[i] - step[i])); d > 1e-4 {
+			t.Fatalf("logit %d: batch %g, stepwise %g", i, whole[i], step[i])
+		}
+		if d := math.Abs(float64(whole[i] - chunked[i])); d > 1e-4 {
+			t.Fatalf("logit %d: batch %g, chunked %g", i, whole[i], chunked[i])
+		}
+	}
+}
+
+func TestLogitsAll(t *testing.T) {
+	prompt := []int32{1, 403, 407, 261, 378}
+	r := load(t, "stories260K.gguf", Options{LogitsAll: true})
+	all, err := r.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = append([]float32(nil), all...)
+	v := r.m.VocabSize()
+	if len(all) != len(prompt)*v {
+		t.Fatalf("%d logits, want %d", len(all), len(prompt)*v)
+	}
+	s := load(t, "stories260K.gguf", Options{})
+	for i := range prompt {
+		step, err := s.Forward(prompt[i : i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < v; j++ {
+			if d := math.Abs(float64(all[i*v+j] - step[j])); d > 1e-4 {
+				t.Fatalf("row %d logit %d: %g vs %g", i, j, all[i*v+j], step[j])
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	r := load(t, "stories260K.gguf", Options{Context: 8})
+	if _, err := r.Forward([]int32{1, 9999}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Errorf("bad token id: %v", err)
+	}
+	if _, err := r.Forward(make([]int32, 9)); err == nil || !strings.Contains(err.Error(), "exceed the context") {
+		t.Errorf("context overflow: %v", err)
+	}
+	if _, err := r.Forward(nil); err == nil {
+		t.Error("empty input accepted")
+	}
+}
+
+// A warm decode step allocates nothing on the Go heap.
+func TestDecodeAllocatesNothing(t *testing.T) {
+	for _, model := range []string{"stories260K.gguf", "synthetic/tiny256-Q4_K_M.gguf"} {
+		r := load(t, model, Options{Context: 512})
+		if _, err := r.Forward([]int32{1, 17, 300}); err != nil {
+			t.Fatal(err)
+		}
+		tok := []int32{42}
+		allocs := testing.AllocsPerRun(50, func() {
+			if r.Pos() >= r.Context()-1 {
+				r.Truncate(3)
+			}
+			if _, err := r.Forward(tok); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: a decode step allocates %.1f times", model, allocs)
+		}
+	}
+}
+
+func BenchmarkDecodeTiny256Q4K(b *testing.B) {
+	r := load(b, "synthetic/tiny256-Q4_K_M.gguf", Options{Context: 1024})
+	if _, err := r.Forward([]int32{1, 17, 300}); err != nil {
+		b.Fatal(err)
+	}
+	tok := []int32{42}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if r.Pos() >= r.Context()-1 {
+			r.Truncate(3)
+		}
+		if _, err := r.Forward(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

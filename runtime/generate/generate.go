@@ -1,0 +1,181 @@
+// Package generate is the one path from a prompt to streamed text that the
+// CLI and the server share: open a model file, tokenize, prefill, sample,
+// detokenize as tokens arrive, stop at end-of-generation or a limit.
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/sample"
+	"github.com/jitllm/jitllm/runtime/tokenizer"
+	"github.com/jitllm/jitllm/runtime/weights"
+)
+
+// Model is an opened model: weights bound to its graph, and its tokenizer.
+type Model struct {
+	Path string
+	Src  weights.Source
+	Exec *exec.Model
+	Tok  *tokenizer.Tokenizer
+}
+
+// Open opens a .gguf or .jlm file and prepares it to run.
+func Open(path string) (*Model, error) {
+	src, err := weights.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := FromSource(src)
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	m.Path = path
+	return m, nil
+}
+
+// FromSource prepares an already opened model file.
+func FromSource(src weights.Source) (*Model, error) {
+	em, err := exec.Load(src)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.FromMeta(src.Meta())
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if tok.VocabSize() > em.VocabSize() {
+		return nil, fmt.Errorf("tokenizer has %d tokens but the model's output has %d", tok.VocabSize(), em.VocabSize())
+	}
+	return &Model{Src: src, Exec: em, Tok: tok}, nil
+}
+
+// Close releases the model file.
+func (m *Model) Close() error { return m.Src.Close() }
+
+// Request is one generation.
+type Request struct {
+	Prompt       string
+	Tokens       []int32 // used instead of Prompt when set
+	MaxTokens    int     // 0 = until end of generation or the context is full
+	Sampling     sample.Params
+	NoSpecial    bool // do not add BOS/EOS as the vocabulary asks
+	ParseSpecial bool // match special-token text in the prompt
+	IgnoreEOS    bool
+	Truncate     bool // drop the prompt's oldest tokens when it exceeds the context
+}
+
+// Result says what a generation did.
+type Result struct {
+	PromptTokens []int32
+	Tokens       []int32
+	StopReason   string // "eos", "length", "context"
+	Prefill      time.Duration
+	Decode       time.Duration
+}
+
+// Session is a runner with its own KV cache; reuse one for several requests.
+type Session struct {
+	m *Model
+	r *exec.Runner
+}
+
+// NewSession plans the model for one sequence.
+func (m *Model) NewSession(opt exec.Options) (*Session, error) {
+	r, err := exec.NewRunner(m.Exec, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, r: r}, nil
+}
+
+// Close stops the session's workers.
+func (s *Session) Close() { s.r.Close() }
+
+// Runner exposes the session's runner (for tests and benchmarks).
+func (s *Session) Runner() *exec.Runner { return s.r }
+
+// ErrContext is returned for prompts that do not fit the context.
+var ErrContext = errors.New("prompt does not fit the context")
+
+// Generate runs req from an empty cache, calling emit with each piece of
+// text as soon as it is complete UTF-8. emit returning an error stops it.
+func (s *Session) Generate(ctx context.Context, req Request, emit func(string) error) (*Result, error) {
+	tok := s.m.Tok
+	ids := req.Tokens
+	if ids == nil {
+		var err error
+		ids, err = tok.Encode(req.Prompt, !req.NoSpecial, req.ParseSpecial)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("the prompt is empty (and the vocabulary adds no BOS)")
+	}
+	limit := s.r.Context()
+	if len(ids) >= limit {
+		if !req.Truncate {
+			return nil, fmt.Errorf("%w: %d prompt tokens, context of %d (use a larger context or allow truncation)", ErrContext, len(ids), limit)
+		}
+		ids = ids[len(ids)-limit/2:]
+	}
+	sm, err := sample.New(req.Sampling, s.m.Exec.VocabSize())
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{PromptTokens: ids}
+	s.r.Truncate(0)
+	start := time.Now()
+	logits, err := s.r.Forward(ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ids {
+		sm.Accept(t)
+	}
+	res.Prefill = time.Since(start)
+	start = time.Now()
+	stream := tok.NewContinuation()
+	defer func() { res.Decode = time.Since(start) }()
+	var one [1]int32
+	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		next := sm.Sample(logits)
+		if tok.IsEOG(next) && !req.IgnoreEOS {
+			res.StopReason = "eos"
+			break
+		}
+		res.Tokens = append(res.Tokens, next)
+		sm.Accept(next)
+		if text := stream.Add(next); text != "" {
+			if err := emit(text); err != nil {
+				return res, err
+			}
+		}
+		if req.MaxTokens > 0 && len(res.Tokens) >= req.MaxTokens {
+			res.StopReason = "length"
+			break
+		}
+		if s.r.Pos() >= limit {
+			res.StopReason = "context"
+			break
+		}
+		one[0] = next
+		if logits, err = s.r.Forward(one[:]); err != nil {
+			return res, err
+		}
+	}
+	if text := stream.Flush(); text != "" {
+		if err := emit(text); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
