@@ -1,0 +1,165 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Device attributes (CUdevice_attribute) jitllm reads.
+const (
+	attrMaxThreadsPerBlock = 1
+	attrMaxSharedPerBlock  = 8
+	attrWarpSize           = 10
+	attrClockRate          = 13
+	attrMultiprocessors    = 16
+	attrMemoryClockRate    = 36
+	attrMemoryBusWidth     = 37
+	attrL2Cache            = 38
+	attrComputeMajor       = 75
+	attrComputeMinor       = 76
+	attrMaxSharedOptin     = 97
+)
+
+// Info describes one GPU.
+type Info struct {
+	Ordinal         int
+	Name            string
+	Major, Minor    int // compute capability
+	Multiprocessors int
+	TotalMemory     uint64
+	SharedPerBlock  int // opt-in maximum, bytes
+	L2Cache         int // bytes
+	MemBusWidth     int // bits
+	MemClockKHz     int
+}
+
+// PeakBandwidth is the theoretical DRAM bandwidth in bytes/s (DDR: two
+// transfers per clock).
+func (i Info) PeakBandwidth() float64 {
+	return 2 * float64(i.MemClockKHz) * 1e3 * float64(i.MemBusWidth) / 8
+}
+
+// Devices lists the GPUs the driver sees.
+func Devices() ([]Info, error) {
+	if err := Load(); err != nil {
+		return nil, err
+	}
+	var n int32
+	if err := check("cuDeviceGetCount", api.cuDeviceGetCount(&n)); err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, n)
+	for i := int32(0); i < n; i++ {
+		var d int32
+		if err := check("cuDeviceGet", api.cuDeviceGet(&d, i)); err != nil {
+			return nil, err
+		}
+		var name [256]byte
+		if err := check("cuDeviceGetName", api.cuDeviceGetName(&name[0], int32(len(name)), d)); err != nil {
+			return nil, err
+		}
+		attr := func(a int32) int {
+			var v int32
+			api.cuDeviceGetAttribute(&v, a, d)
+			return int(v)
+		}
+		var total uint64
+		api.cuDeviceTotalMem(&total, d)
+		out = append(out, Info{
+			Ordinal: int(i), Name: goString(&name[0]),
+			Major: attr(attrComputeMajor), Minor: attr(attrComputeMinor),
+			Multiprocessors: attr(attrMultiprocessors), TotalMemory: total,
+			SharedPerBlock: attr(attrMaxSharedOptin), L2Cache: attr(attrL2Cache),
+			MemBusWidth: attr(attrMemoryBusWidth), MemClockKHz: attr(attrMemoryClockRate),
+		})
+	}
+	return out, nil
+}
+
+// Context is the primary context of one device, bound to the calling OS
+// thread while in use (the driver keeps the current context per thread).
+type Context struct {
+	Device Info
+	ctx    uintptr
+}
+
+// Open retains device ordinal's primary context.
+func Open(ordinal int) (*Context, error) {
+	devs, err := Devices()
+	if err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= len(devs) {
+		return nil, fmt.Errorf("no CUDA device %d (found %d)", ordinal, len(devs))
+	}
+	c := &Context{Device: devs[ordinal]}
+	if err := check("cuDevicePrimaryCtxRetain", api.cuDevicePrimaryCtxRetain(&c.ctx, int32(ordinal))); err != nil {
+		return nil, err
+	}
+	return c, c.Bind()
+}
+
+// Bind makes the context current on this goroutine's OS thread, locking the
+// goroutine to it (call from the goroutine that issues the work).
+func (c *Context) Bind() error {
+	runtime.LockOSThread()
+	return check("cuCtxSetCurrent", api.cuCtxSetCurrent(c.ctx))
+}
+
+// Close releases the primary context.
+func (c *Context) Close() error {
+	return check("cuDevicePrimaryCtxRelease", api.cuDevicePrimaryCtxRelease(int32(c.Device.Ordinal)))
+}
+
+// Synchronize waits for all work in the context.
+func (c *Context) Synchronize() error { return check("cuCtxSynchronize", api.cuCtxSynchronize()) }
+
+// MemInfo returns free and total device memory.
+func (c *Context) MemInfo() (free, total uint64, err error) {
+	err = check("cuMemGetInfo", api.cuMemGetInfo(&free, &total))
+	return
+}
+
+// Buffer is device memory (plain cuMemAlloc; never managed memory).
+type Buffer struct {
+	Ptr  uint64
+	Size uint64
+}
+
+// Alloc allocates n bytes of device memory.
+func (c *Context) Alloc(n uint64) (Buffer, error) {
+	var p uint64
+	if err := check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), api.cuMemAlloc(&p, n)); err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{p, n}, nil
+}
+
+// Free releases a buffer.
+func (b Buffer) Free() error { return check("cuMemFree", api.cuMemFree(b.Ptr)) }
+
+// Upload copies host bytes to the start of b.
+func (b Buffer) Upload(src []byte) error {
+	if uint64(len(src)) > b.Size {
+		return fmt.Errorf("upload of %d bytes into a %d-byte buffer", len(src), b.Size)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return check("cuMemcpyHtoD", api.cuMemcpyHtoD(b.Ptr, unsafe.Pointer(&src[0]), uint64(len(src))))
+}
+
+// Download copies the start of b to host bytes.
+func (b Buffer) Download(dst []byte) error {
+	if uint64(len(dst)) > b.Size {
+		return fmt.Errorf("download of %d bytes from a %d-byte buffer", len(dst), b.Size)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoH", api.cuMemcpyDtoH(unsafe.Pointer(&dst[0]), b.Ptr, uint64(len(dst))))
+}
+
+// Zero sets the buffer to zero bytes.
+func (b Buffer) Zero() error { return check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size)) }

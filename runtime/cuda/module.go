@@ -1,0 +1,107 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// JIT options for cuModuleLoadDataEx (CUjit_option).
+const (
+	jitInfoLogBuffer       = 3
+	jitInfoLogBufferBytes  = 4
+	jitErrorLogBuffer      = 5
+	jitErrorLogBufferBytes = 6
+)
+
+// Module is PTX compiled by the driver for this device.
+type Module struct{ m uintptr }
+
+// LoadPTX compiles PTX text. Compiler errors come back with ptxas's log.
+func (c *Context) LoadPTX(ptx string) (*Module, error) {
+	errLog := make([]byte, 16<<10)
+	infoLog := make([]byte, 16<<10)
+	opts := []int32{jitErrorLogBuffer, jitErrorLogBufferBytes, jitInfoLogBuffer, jitInfoLogBufferBytes}
+	// Option values are void* slots holding either a pointer or an integer.
+	vals := []uintptr{
+		uintptr(unsafe.Pointer(&errLog[0])), uintptr(len(errLog)),
+		uintptr(unsafe.Pointer(&infoLog[0])), uintptr(len(infoLog)),
+	}
+	src := cString(ptx)
+	var m uintptr
+	r := api.cuModuleLoadDataEx(&m, unsafe.Pointer(src), uint32(len(opts)), &opts[0], &vals[0])
+	runtime.KeepAlive(errLog)
+	runtime.KeepAlive(infoLog)
+	if r != 0 {
+		return nil, fmt.Errorf("loading PTX: %w\n%s", r, goString(&errLog[0]))
+	}
+	return &Module{m}, nil
+}
+
+// Unload frees the module.
+func (m *Module) Unload() error { return check("cuModuleUnload", api.cuModuleUnload(m.m)) }
+
+// Function is a kernel entry point.
+type Function struct {
+	f    uintptr
+	Name string
+}
+
+// Function looks up a kernel by its .entry name.
+func (m *Module) Function(name string) (*Function, error) {
+	var f uintptr
+	if err := check("cuModuleGetFunction "+name, api.cuModuleGetFunction(&f, m.m, cString(name))); err != nil {
+		return nil, err
+	}
+	return &Function{f, name}, nil
+}
+
+// SetMaxDynamicShared allows a launch to use up to n bytes of dynamic
+// shared memory (past the 48 KiB default).
+func (f *Function) SetMaxDynamicShared(n int) error {
+	const attrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	return check("cuFuncSetAttribute", api.cuFuncSetAttribute(f.f, attrMaxDynamicShared, int32(n)))
+}
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// Args holds a launch's kernel parameters; each is a pointer to its value.
+// Reuse one Args per launch site so a launch allocates nothing.
+type Args struct {
+	ptrs []unsafe.Pointer
+	vals []uint64
+}
+
+// NewArgs makes room for n parameters of up to 8 bytes each.
+func NewArgs(n int) *Args {
+	a := &Args{ptrs: make([]unsafe.Pointer, n), vals: make([]uint64, n)}
+	for i := range a.ptrs {
+		a.ptrs[i] = unsafe.Pointer(&a.vals[i])
+	}
+	return a
+}
+
+// Set stores parameter i: device pointers and 64-bit ints as uint64,
+// 32-bit values in the low half (little-endian, as the driver reads them).
+func (a *Args) Set(i int, v uint64) { a.vals[i] = v }
+
+// SetF32 stores a float32 parameter.
+func (a *Args) SetF32(i int, v float32) { a.vals[i] = uint64(*(*uint32)(unsafe.Pointer(&v))) }
+
+// Launch enqueues f on stream s (nil: the default stream).
+func (f *Function) Launch(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
+	var sp uintptr
+	if s != nil {
+		sp = s.s
+	}
+	var params unsafe.Pointer
+	if a != nil && len(a.ptrs) > 0 {
+		params = unsafe.Pointer(&a.ptrs[0])
+	}
+	r := api.cuLaunchKernel(f.f, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, shared, sp, params, nil)
+	if r != 0 {
+		return fmt.Errorf("launching %s: %w", f.Name, r)
+	}
+	return nil
+}
