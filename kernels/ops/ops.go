@@ -1,0 +1,21 @@
+package ops
+
+import (
+	"github.com/jitllm/jitllm/dsl"
+	k "github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// Groups is every kernel, by the file stem a renderer writes it under.
+func Groups() map[string][]*k.Kernel {
+	var dq, mv []*k.Kernel
+	for _, d := range Blocks() {
+		dq = append(dq, Dequant(d))
+		mv = append(mv, MatVec(d))
+	}
+	return map[string][]*k.Kernel{
+		"dequant": dq,
+		"matvec":  mv,
+		"norm":    {RMSNorm(true), RMSNorm(false), Softmax()},
+		"rope":    {Rope(dsl.RopeNormal), Rope(dsl.RopeNeox)},
+	}
+}
