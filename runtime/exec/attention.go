@@ -93,11 +93,8 @@ func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
 			var S float32
 			for j := 0; j <= pos; j++ {
 				kr := kv.k[j*kvDim+off : j*kvDim+off+hd]
-				var dot float64
-				for d, x := range qh {
-					dot += float64(x * f16[kr[d]])
-				}
-				s := float32(dot) * p.Scale
+				// ggml_vec_dot_f16 as the AVX512 build runs it (vec.cpp).
+				s := quant.DotF16AVX512Values(qh, kr) * p.Scale
 				ms, vs := float32(1), float32(1)
 				if s > M {
 					ms = expf(M - s)

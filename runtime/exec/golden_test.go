@@ -118,8 +118,10 @@ type storiesRef struct {
 const nearTie = 0.01
 
 // compareGreedy checks our greedy continuation against llama.cpp's token by
-// token. It stops at the first difference; that difference is accepted only
-// where llama.cpp's own margin was a near tie and we chose its runner-up.
+// token and stops at the first difference. No near tie is excused any more:
+// with the x86 kernel orders (kernels/quant/x86variants.go) every greedy
+// continuation, stories260K-Q4_0's 0.0048-nat tie at token 46 included,
+// equals llama.cpp's.
 func compareGreedy(t *testing.T, name string, got, want []int32, top func(i int) [][2]float64) {
 	t.Helper()
 	for i := range want {
@@ -131,10 +133,11 @@ func compareGreedy(t *testing.T, name string, got, want []int32, top func(i int)
 			continue
 		}
 		tp := top(i)
-		if len(tp) > 1 && tp[0][1]-tp[1][1] < nearTie && int32(tp[1][0]) == got[i] {
-			t.Logf("%s: equal for %d tokens, then a near tie (margin %.4f nats) went the other way", name, i, tp[0][1]-tp[1][1])
-			return
+		margin := 0.0
+		if len(tp) > 1 {
+			margin = tp[0][1] - tp[1][1]
 		}
+		t.Errorf("%s: llama.cpp's margin at token %d was %.4f nats", name, i, margin)
 		t.Errorf("%s: token %d is %d, llama.cpp chose %d\n got %v\nwant %v", name, i, got[i], want[i], got, want)
 		return
 	}
@@ -190,15 +193,16 @@ func (d *deviation) add(lp []float64, top [][2]float64) {
 	}
 }
 
-// Bounds on the log-probability differences. Most steps agree with
-// llama.cpp to ~1e-6; some differ by up to ~0.2 nats where an activation's
-// 8-bit rounding or the f16 attention accumulator falls the other way than
-// in llama.cpp's kernel for that batch shape (docs/perf/current.md,
-// "accuracy", lists what is known). Tighten these as the kernels converge.
+// Bounds on the log-probability differences. Every prompt position agrees
+// with llama.cpp to <1e-5, and most runs to ~1e-6 throughout; the rest
+// (stories260K F32 decode ~1e-3, stories260K-Q8_0 "The little dog" from
+// token 48, tiny256 IQ4_XS/Q2_K/Q4_K_M/Q6_K at some steps) still have kernels
+// whose x86 accumulation order is not reproduced, so an f16 KV value or an
+// 8-bit activation rounds the other way. Tighten these as the kernels converge.
 const (
-	maxFirstDiff = 0.1  // the prompt's last position
-	maxMeanDiff  = 0.05 // over every step and reported candidate
-	maxDiff      = 0.3
+	maxFirstDiff = 1e-4 // the prompt's last position (worst now 3.5e-5, stories260K F32)
+	maxMeanDiff  = 0.03 // over every step and reported candidate (worst now 0.024, tiny256-Q2_K)
+	maxDiff      = 0.2  // (worst now 0.16: stories260K-Q8_0, tiny256-Q2_K)
 )
 
 // check holds the differences to the bounds above.

@@ -7,7 +7,9 @@ import (
 )
 
 // Feeding a prompt in one step or token by token must give the same logits
-// (up to float noise): the KV cache and positions are right.
+// up to float noise: the KV cache and positions are right. The noise is not
+// zero: like llama.cpp, one row and several rows run different F32 kernels,
+// and an f16 KV value can round the other way (~1e-3 in a logit).
 func TestBatchEqualsStepwise(t *testing.T) {
 	prompt := []int32{1, 403, 407, 261, 378, 432, 383}
 	a := load(t, "stories260K.gguf", Options{})
@@ -29,14 +31,18 @@ func TestBatchEqualsStepwise(t *testing.T) {
 		}
 	}
 	for i := range whole {
-		if d := math.Abs(float64(whole[i] - step[i])); d > 1e-4 {
+		if d := math.Abs(float64(whole[i] - step[i])); d > batchTol {
 			t.Fatalf("logit %d: batch %g, stepwise %g", i, whole[i], step[i])
 		}
-		if d := math.Abs(float64(whole[i] - chunked[i])); d > 1e-4 {
+		if d := math.Abs(float64(whole[i] - chunked[i])); d > batchTol {
 			t.Fatalf("logit %d: batch %g, chunked %g", i, whole[i], chunked[i])
 		}
 	}
 }
+
+// batchTol bounds |batch logit − stepwise logit|; a wrong position or KV
+// slot moves logits by far more (whole units on stories260K).
+const batchTol = 5e-3
 
 func TestLogitsAll(t *testing.T) {
 	prompt := []int32{1, 403, 407, 261, 378}
@@ -57,7 +63,7 @@ func TestLogitsAll(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := 0; j < v; j++ {
-			if d := math.Abs(float64(all[i*v+j] - step[j])); d > 1e-4 {
+			if d := math.Abs(float64(all[i*v+j] - step[j])); d > batchTol {
 				t.Fatalf("row %d logit %d: %g vs %g", i, j, all[i*v+j], step[j])
 			}
 		}
