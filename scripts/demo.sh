@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the shipped model: convert stories260K to .jlm and inspect it.
+# The main job on the shipped model: convert stories260K to .jlm, inspect it,
+# and generate text from it (greedy, so the output is llama.cpp's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${TMPDIR:-/tmp}/jitllm-demo
 mkdir -p "$out"
 ./bin/jitllm convert -f testdata/stories260K.gguf "$out/stories260K.jlm"
-./bin/jitllm inspect "$out/stories260K.jlm" | head -30
+./bin/jitllm inspect "$out/stories260K.jlm" | head -20
+./bin/jitllm run "$out/stories260K.jlm" -p "Once upon a time" -n 64 --temp 0 -v
