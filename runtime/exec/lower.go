@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/kernels/cpugen"
 	"github.com/jitllm/jitllm/kernels/quant"
 )
 
@@ -22,10 +23,11 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 	case dsl.OpEmbed:
 		w := &r.m.Weights[n.Weight]
 		rb := w.RowBytes()
+		decode := dequantizer(w.Type)
 		return func() {
 			for i := 0; i < r.nRows; i++ {
 				t := int(r.tokens[i])
-				quant.Dequantize(w.Type, w.Data[t*rb:(t+1)*rb], y[i*cols:(i+1)*cols])
+				decode(w.Data[t*rb:(t+1)*rb], y[i*cols:(i+1)*cols])
 			}
 		}, nil
 	case dsl.OpMatMul:
@@ -76,7 +78,7 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 		a, _ := in(0)
 		return func() {
 			for i := 0; i < r.nRows; i++ {
-				softmax(a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols])
+				cpugen.Softmax(a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols])
 			}
 		}, nil
 	case dsl.OpTopK:
@@ -124,19 +126,24 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 	}
 	eps := n.F
 	rms := n.Op == dsl.OpRMSNorm
+	if rms && b == nil {
+		// The kernels written in dsl/kernel (kernels/ops), rendered to Go.
+		return func() {
+			for i := 0; i < r.nRows; i++ {
+				x, o := a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
+				if w != nil {
+					cpugen.RMSNorm(x, w, o, eps)
+				} else {
+					cpugen.RMSNormNoWeight(x, o, eps)
+				}
+			}
+		}, nil
+	}
 	return func() {
 		for i := 0; i < r.nRows; i++ {
 			x, o := a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
 			if rms {
-				// As ggml: the sum in double, the scale in float.
-				var sum float64
-				for _, v := range x {
-					sum += float64(v * v)
-				}
-				scale := 1 / float32(math.Sqrt(float64(float32(sum/float64(cols))+eps)))
-				for j, v := range x {
-					o[j] = v * scale
-				}
+				cpugen.RMSNormNoWeight(x, o, eps)
 			} else {
 				var sum float64
 				for _, v := range x {
@@ -169,23 +176,6 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 
 func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
 
-func softmax(x, y []float32) {
-	m := float32(math.Inf(-1))
-	for _, v := range x {
-		m = max(m, v)
-	}
-	var s float64
-	for i, v := range x {
-		e := expf(v - m)
-		y[i] = e
-		s += float64(e)
-	}
-	inv := float32(1 / s)
-	for i := range y {
-		y[i] *= inv
-	}
-}
-
 // topK writes the indices of the len(out) largest values of x, largest first.
 func topK(x, out []float32) {
 	k := len(out)
@@ -205,4 +195,13 @@ func topK(x, out []float32) {
 		}
 		out[j] = float32(best)
 	}
+}
+
+// dequantizer picks the decode kernel of a weight type: the one rendered
+// from dsl/kernel where kernels/ops describes the type, else kernels/quant.
+func dequantizer(t quant.Type) func(src []byte, dst []float32) {
+	if f, ok := cpugen.Funcs["Dequant"+t.String()].(func([]byte, []float32)); ok {
+		return f
+	}
+	return func(src []byte, dst []float32) { quant.Dequantize(t, src, dst) }
 }
