@@ -1,0 +1,168 @@
+package discover
+
+import (
+	"fmt"
+
+	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/weights"
+)
+
+// Options are the run settings an estimate depends on, as exec.Options
+// names them; zero values take exec's defaults.
+type Options struct {
+	Context  int // KV cache positions; 0 = the model's trained context, capped at 4096
+	MaxBatch int // rows per step; 0 = 512 (never more than Context)
+}
+
+// Overhead is the fixed memory a jitllm process needs beyond the model: the
+// Go runtime, the code, the tokenizer's tables and the sampler.
+const Overhead = 64 << 20
+
+// Estimate is the memory a model needs to run, by part.
+type Estimate struct {
+	Context  int `json:"context"`
+	MaxBatch int `json:"max_batch"`
+	// Weights are every tensor the graph binds (mapped from the file).
+	Weights int64 `json:"weights_bytes"`
+	// KV is the f16 KV cache: 2 × layers × context × kv_dim × 2 bytes.
+	KV int64 `json:"kv_cache_bytes"`
+	// Activations are the planned node buffers and the kernels' scratch.
+	Activations int64 `json:"activations_bytes"`
+	// Graph is the graph, its bound weights and the plan's bookkeeping.
+	Graph    int64 `json:"graph_bytes"`
+	Overhead int64 `json:"overhead_bytes"`
+	Total    int64 `json:"total_bytes"`
+}
+
+// Load is what exec.Load and exec.NewRunner take: Total without the fixed
+// process overhead.
+func (e Estimate) Load() int64 { return e.Weights + e.KV + e.Activations + e.Graph }
+
+// resolve applies exec's defaults to o for a model of trained context ctx.
+func (o Options) resolve(trained int) Options {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 512
+	}
+	if o.Context <= 0 {
+		o.Context = trained
+		if o.Context <= 0 || o.Context > 4096 {
+			o.Context = 4096
+		}
+	}
+	if o.MaxBatch > o.Context {
+		o.MaxBatch = o.Context
+	}
+	return o
+}
+
+// EstimateMemory is what running g (built for src) with opt needs, by the
+// same plan runtime/exec makes: node buffers reused by liveness (best fit),
+// an f16 KV cache per attention layer, the matmul input rows quantized to
+// each weight type's dot partner, and the norm and rope vectors decoded.
+func EstimateMemory(g *dsl.G, src weights.Source, opt Options) (Estimate, error) {
+	trained, _ := src.Meta().Uint(g.Arch + ".context_length")
+	opt = opt.resolve(int(trained))
+	e := Estimate{Context: opt.Context, MaxBatch: opt.MaxBatch, Overhead: Overhead}
+	types := make([]quant.Type, len(g.Weights))
+	for i, w := range g.Weights {
+		t, ok := src.Tensor(w.GGUF)
+		if !ok {
+			return e, fmt.Errorf("model file lacks tensor %s", w.GGUF)
+		}
+		types[i] = t.Type
+		e.Weights += t.Size
+	}
+	rows := int64(opt.MaxBatch)
+	ctx := int64(opt.Context)
+
+	// Node buffers, planned as exec.Runner.plan does.
+	last := make([]int, len(g.Nodes))
+	for i, n := range g.Nodes {
+		last[i] = i
+		for _, in := range n.In {
+			last[in] = i
+		}
+	}
+	for _, id := range g.Outputs {
+		last[id] = len(g.Nodes)
+	}
+	type slot struct {
+		size int64
+		free bool
+	}
+	var slots []*slot
+	owner := make([]*slot, len(g.Nodes))
+	for i, n := range g.Nodes {
+		if n.Op == dsl.OpTokens {
+			continue
+		}
+		need := rows * int64(n.Cols)
+		var s *slot
+		for _, c := range slots {
+			if c.free && c.size >= need && (s == nil || c.size < s.size) {
+				s = c
+			}
+		}
+		if s == nil {
+			s = &slot{size: need}
+			slots = append(slots, s)
+		}
+		s.free = false
+		owner[i] = s
+		for _, in := range n.In {
+			if last[in] == i && owner[in] != nil {
+				owner[in].free = true
+			}
+		}
+	}
+	for _, s := range slots {
+		e.Activations += 4 * s.size
+	}
+
+	// KV cache and scratch.
+	var maxQ, maxAttn, maxRope int64
+	vec := func(wi int) int64 {
+		if wi < 0 {
+			return 0
+		}
+		return 4 * g.Weights[wi].Dims[0]
+	}
+	kvLayers := map[int]int64{}
+	for _, n := range g.Nodes {
+		switch n.Op {
+		case dsl.OpMatMul:
+			w := g.Weights[n.Weight]
+			b, err := quant.RowBytes(quant.VecDotType(types[n.Weight]), w.Dims[0])
+			if err == nil {
+				maxQ = max(maxQ, b)
+			}
+		case dsl.OpAttention:
+			kvLayers[n.Layer] = int64(n.Attn.KVHeads * n.Attn.HeadDim)
+			maxAttn = max(maxAttn, int64(n.Cols))
+		case dsl.OpRoPE:
+			maxRope = max(maxRope, int64(n.Rope.Dims))
+			e.Activations += vec(n.Rope.FreqsW)
+		case dsl.OpRMSNorm, dsl.OpLayerNorm:
+			e.Activations += vec(n.Weight) + vec(n.Bias)
+		}
+	}
+	for _, dim := range kvLayers {
+		e.KV += 2 * ctx * dim * 2
+	}
+	e.Activations += rows*maxQ + 4*rows*maxAttn + 4*rows*maxRope + 4*rows // quantized rows, f16 queries, rope cos/sin, token ids
+
+	// The graph and the plan's bookkeeping: nodes, weights (names, shapes),
+	// one kernel closure and buffer header per node.
+	e.Graph = int64(len(g.Nodes))*nodeBytes + int64(len(g.Weights))*weightBytes
+	e.Total = e.Load() + e.Overhead
+	return e, nil
+}
+
+// Per-node and per-weight bookkeeping, as measured on the llama graph (the
+// dsl.Node, its inputs, the runner's closure, buffer header and liveness
+// entries; the dsl.Weight with its names and the bound view).
+const (
+	nodeBytes   = 512
+	weightBytes = 384
+)
