@@ -50,6 +50,12 @@ func Load(src weights.Source) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Src: src, Graph: g, Weights: make([]Bound, len(g.Weights))}
+	matmul := map[int]bool{}
+	for _, n := range g.Nodes {
+		if n.Op == dsl.OpMatMul {
+			matmul[n.Weight] = true
+		}
+	}
 	for i, w := range g.Weights {
 		t, ok := src.Tensor(w.GGUF)
 		if !ok {
@@ -58,7 +64,7 @@ func Load(src weights.Source) (*Model, error) {
 		if !sameShape(t.Dims, w.Dims) {
 			return nil, fmt.Errorf("tensor %s has shape %v, the %s graph expects %v", w.GGUF, t.Dims, g.Arch, w.Dims)
 		}
-		if !quant.CanDequantize(t.Type) {
+		if !quant.CanDequantize(t.Type) || (matmul[i] && !quant.CanVecDot(t.Type)) {
 			return nil, fmt.Errorf("tensor %s is %s, which the CPU backend cannot compute yet", w.GGUF, t.Type)
 		}
 		data, err := src.Data(w.GGUF)

@@ -2,8 +2,12 @@ package exec
 
 import (
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 // Feeding a prompt in one step or token by token must give the same logits
@@ -120,4 +124,33 @@ func BenchmarkDecodeTiny256Q4K(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A weight type the CPU kernels cannot multiply is refused at load, naming
+// the tensor, rather than failing mid-step.
+func TestLoadRefusesUncomputableType(t *testing.T) {
+	src, err := weights.Open(filepath.Join(testdata, "stories260K.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	_, err = Load(retyped{src, "blk.0.attn_q.weight", quant.Q8_K})
+	if err == nil || !strings.Contains(err.Error(), "blk.0.attn_q.weight is Q8_K") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// retyped reports one tensor as another type (with a matching byte size).
+type retyped struct {
+	weights.Source
+	name string
+	typ  quant.Type
+}
+
+func (r retyped) Tensor(name string) (weights.Tensor, bool) {
+	t, ok := r.Source.Tensor(name)
+	if ok && name == r.name {
+		t.Type = r.typ
+	}
+	return t, ok
 }
