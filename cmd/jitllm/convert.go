@@ -65,7 +65,12 @@ func runConvert(ctx context.Context, w io.Writer, tty bool, args []string) error
 	in, out := pos[0], pos[1]
 	p := newConvProgress(w, tty)
 	start := time.Now()
-	err = convert.Convert(ctx, in, out, convert.Options{Force: *force, SourceSHA256: *sha, Progress: p.update})
+	var warnings []string
+	warn := func(s string) { warnings = append(warnings, s) }
+	err = convert.Convert(ctx, in, out, convert.Options{Force: *force, SourceSHA256: *sha, Progress: p.update, Warn: warn})
+	for _, s := range warnings {
+		fmt.Fprintln(w, "warning:", s)
+	}
 	p.finish()
 	if err != nil {
 		return err

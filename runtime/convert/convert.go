@@ -39,6 +39,9 @@ type Options struct {
 	SourceSHA256 bool
 	// BufferSize is the copy chunk size (default DefaultBufferSize).
 	BufferSize int
+	// Warn, if set, receives what the conversion noticed but did not stop
+	// for (tensors no graph reads, an architecture without a graph).
+	Warn func(string)
 }
 
 // wrapSource lets tests inject a failing reader; nil in normal use.

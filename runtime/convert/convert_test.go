@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"os"
@@ -61,6 +62,9 @@ func checkSame(t *testing.T, in, out string, sha bool) {
 	if sha {
 		sum := sha256.Sum256(raw)
 		want.Set("jlm.source.sha256", meta.Str(hex.EncodeToString(sum[:])))
+	}
+	if arch, _ := g.Meta.String("general.architecture"); arch == "llama" {
+		wantBlocks(want, j.Tensors)
 	}
 	if !j.Meta.Equal(want) {
 		t.Errorf("%s: metadata differs: %d entries, want %d", in, j.Meta.Len(), want.Len())
@@ -306,4 +310,30 @@ func TestRejectsNonGGUF(t *testing.T) {
 		t.Fatalf("converting a .jlm: %v", err)
 	}
 	leftovers(t, dir, 1)
+}
+
+// wantBlocks adds the block ranges a llama file must record, found here by
+// the blk.N. name prefix rather than through the generated table.
+func wantBlocks(want *meta.Map, ts []jlm.TensorInfo) {
+	var lo, hi []int64
+	for _, t := range ts {
+		var b int
+		if _, err := fmt.Sscanf(t.Name, "blk.%d.", &b); err != nil {
+			continue
+		}
+		for len(lo) <= b {
+			lo, hi = append(lo, -1), append(hi, 0)
+		}
+		if lo[b] < 0 || t.Offset < lo[b] {
+			lo[b] = t.Offset
+		}
+		hi[b] = max(hi[b], t.Offset+t.Size)
+	}
+	off, size := make([]meta.Value, len(lo)), make([]meta.Value, len(lo))
+	for b := range lo {
+		off[b], size[b] = meta.U64(uint64(lo[b])), meta.U64(uint64(hi[b]-lo[b]))
+	}
+	want.Set("jlm.graph.family", meta.Str("llama"))
+	want.Set("jlm.block.offset", meta.Arr(meta.Uint64, off))
+	want.Set("jlm.block.size", meta.Arr(meta.Uint64, size))
 }

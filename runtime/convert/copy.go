@@ -66,7 +66,17 @@ func (c *copier) run(src *gguf.File, path string, out jlm.Output) error {
 	if c.sha != nil {
 		p.sha = hex.EncodeToString(c.sha.Sum(nil))
 	}
-	return c.w.Finish(provenance(src, p))
+	md := provenance(src, p)
+	blocks, warnings := blockLayout(src.Architecture(), c.w.Tensors())
+	for _, kv := range blocks.All() {
+		md.Set(kv.Key, kv.Value)
+	}
+	if c.opts.Warn != nil {
+		for _, w := range warnings {
+			c.opts.Warn(w)
+		}
+	}
+	return c.w.Finish(md)
 }
 
 func (c *copier) hashLoop() {
