@@ -81,6 +81,7 @@ const (
 	SFor                   // for Var := Lo; Var < Hi; Var += Step { Body }
 	SBlock                 // Body in its own scope (what unrolling makes)
 	SBarrier               // work-group barrier; serial targets need nothing
+	SSet                   // Var = Value: an accumulator update a schedule wrote out (a fused multiply-add)
 )
 
 // LoopKind says whether a loop's iterations may run at once.
@@ -103,6 +104,8 @@ type Stmt struct {
 	Step  int
 	Loop  LoopKind
 	Body  []*Stmt
+
+	fixed bool // a loop an Order lowered (its step is its lane count): Split and Unroll leave it
 }
 
 // Param is one kernel parameter: a buffer or a scalar.
@@ -118,6 +121,7 @@ type Kernel struct {
 	Body     []*Stmt
 	Schedule Schedule
 	Doc      string // one line for renderers' comments
+	Result   Expr   // the kernel's return value (Return), evaluated after Body; nil for none
 	NVars    int
 	NBufs    int
 }

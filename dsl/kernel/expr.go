@@ -45,11 +45,12 @@ const (
 	OpRsqrt // 1/sqrt(x), each step rounded to the kind
 	OpSin
 	OpCos
+	OpF32FromBits // U32 bits of an IEEE single to F32 (an f32 stored in a byte buffer)
 )
 
 var opNames = [...]string{"const", "var", "len", "load", "add", "sub", "mul", "div", "rem", "and", "or", "xor",
 	"shl", "shr", "min", "max", "pow", "eq", "ne", "lt", "le", "gt", "ge", "neg", "fma", "select", "cvt",
-	"f16tof32", "exp", "log", "sqrt", "rsqrt", "sin", "cos"}
+	"f16tof32", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "f32frombits"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {

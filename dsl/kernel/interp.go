@@ -8,10 +8,20 @@ import (
 // Run interprets k, the reference semantics every target must match bit for
 // bit. args follow k.Params: a []byte, []int8, []uint16, []uint32, []int32,
 // []float32 or []float64 for each buffer, an int, int32, float32 or float64
-// for each scalar. The schedule is ignored (it never changes results); run
-// Apply(k, s) to interpret a scheduled form. Out-of-bounds accesses, integer
+// for each scalar. Split, Unroll and Lanes are ignored (they never change
+// results); the Orders of k's default schedule, which do, are honoured. Run
+// Apply(k, s) to interpret another scheduled form. Out-of-bounds accesses, integer
 // division by zero and bad arguments are returned as errors.
-func Run(k *Kernel, args ...any) (err error) {
+func Run(k *Kernel, args ...any) (err error) { return run(k, nil, args...) }
+
+// run interprets k, under the Orders of its default schedule (which, unlike
+// Split and Unroll, decide its rounding), and sets *res to its Result.
+func run(k *Kernel, res *val, args ...any) (err error) {
+	if hasOrders(k.Schedule) {
+		if k, err = lowerOrders(k, k.Schedule); err != nil {
+			return err
+		}
+	}
 	if len(args) != len(k.Params) {
 		return fmt.Errorf("kernel %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
 	}
@@ -31,6 +41,9 @@ func Run(k *Kernel, args ...any) (err error) {
 		}
 	}()
 	m.stmts(k.Body)
+	if res != nil && k.Result != nil {
+		*res = m.eval(k.Result)
+	}
 	return nil
 }
 
@@ -115,7 +128,7 @@ func (m *machine) stmts(ss []*Stmt) {
 
 func (m *machine) stmt(s *Stmt) {
 	switch s.Op {
-	case SLet, SAcc:
+	case SLet, SAcc, SSet:
 		m.vars[s.Var.ID] = m.eval(s.Value)
 	case SFold:
 		v := &m.vars[s.Var.ID]
@@ -223,6 +236,8 @@ func (m *machine) eval(e Expr) val {
 		return convert(e.Args[0].Kind, e.Kind, m.eval(e.Args[0]))
 	case OpF16ToF32:
 		return val{f: float64(F16ToF32(uint16(m.eval(e.Args[0]).i)))}
+	case OpF32FromBits:
+		return f32FromBits(m.eval(e.Args[0]))
 	}
 	var a, b, c val
 	a = m.eval(e.Args[0])

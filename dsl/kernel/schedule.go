@@ -10,6 +10,12 @@ type LoopSchedule struct {
 	Split  int // tile into an outer loop of Split-wide chunks and an inner loop
 	Unroll int // copies of the body per iteration (all of them when the trip count is smaller and constant)
 	Lanes  int // independent-iteration width hint
+
+	// Order, in an entry named after an accumulator rather than a loop, is
+	// that accumulator's accumulation order (order.go): unlike the fields
+	// above it changes results, so the interpreter honours a kernel's
+	// default Orders too.
+	Order Order
 }
 
 // Schedule maps loop names to their schedule.
@@ -30,7 +36,17 @@ func (s Schedule) With(o Schedule) Schedule {
 // Apply lowers the Split and Unroll of s into plain loops and blocks,
 // returning a new kernel (k is not changed). Lanes is left to the target,
 // which rewrites it into Split or Unroll before calling Apply.
+//
+// Orders are lowered first, from k's default schedule overridden by s: an
+// accumulator's order is part of what the kernel computes, so a target
+// scheduling only loops keeps it.
 func Apply(k *Kernel, s Schedule) (*Kernel, error) {
+	if os := k.Schedule.With(s); hasOrders(os) {
+		var err error
+		if k, err = lowerOrders(k, os); err != nil {
+			return nil, err
+		}
+	}
 	a := &applier{s: s, next: k.NVars}
 	body := a.stmts(k.Body)
 	if a.err != nil {
@@ -72,6 +88,11 @@ func (a *applier) stmts(in []*Stmt) []*Stmt {
 func (a *applier) loop(s *Stmt) []*Stmt {
 	ls := a.s[s.Var.Name]
 	body := a.stmts(s.Body)
+	if s.fixed { // an Order's lane loop: its step is its lanes
+		c := *s
+		c.Body = body
+		return []*Stmt{&c}
+	}
 	loop := &Stmt{Op: SFor, Var: s.Var, Lo: s.Lo, Hi: s.Hi, Step: s.Step, Loop: s.Loop, Body: body}
 	if ls.Split > 1 {
 		// for o := lo; o < hi; o += f*step { for i := o; i < min(o+f*step, hi); i += step }

@@ -20,6 +20,12 @@ type BlockDecode struct {
 	Decode func(b *k.Builder, blk *k.Buf, emit Emit)
 	Sched  k.Schedule // of Decode's loops, in every kernel built from it
 	F16    []int      // byte offsets of the block's f16 scales (for test data and tools)
+
+	// Quant is value j's integer quant (I32, offset applied: nibble-8 for
+	// Q4_0), for the dot kernels, which sum quants in integers and scale
+	// per block. Decode is Quant·d (TestQuantIsDecode); a pure expression,
+	// so a kernel can visit values in any order and unrolling folds j.
+	Quant func(blk *k.Buf, j k.Expr) k.Expr
 }
 
 // Blocks lists every BlockDecode, legacy then k-quants.

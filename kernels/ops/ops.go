@@ -12,7 +12,12 @@ func Groups() map[string][]*k.Kernel {
 		dq = append(dq, Dequant(d))
 		mv = append(mv, MatVec(d))
 	}
+	var dot []*k.Kernel
+	for _, d := range Dots() {
+		dot = append(dot, d.Kernel)
+	}
 	return map[string][]*k.Kernel{
+		"dot":     dot,
 		"dequant": dq,
 		"matvec":  mv,
 		"norm":    {RMSNorm(true), RMSNorm(false), Softmax()},

@@ -2,8 +2,17 @@ package exec
 
 import (
 	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/kernels/cpugen"
 	"github.com/jitllm/jitllm/kernels/quant"
 )
+
+// genericDot is the generated row dot in ggml's generic order for the
+// weight types whose matmul has no x86 order of its own; quant.VecDot
+// stays the fallback for the types kernels/ops does not describe yet.
+var genericDot = map[quant.Type]func(n int, w, x []byte) float32{
+	quant.Q4_1: cpugen.DotQ4_1, quant.Q5_0: cpugen.DotQ5_0, quant.Q5_1: cpugen.DotQ5_1,
+	quant.Q4_K: cpugen.DotQ4_K, quant.Q6_K: cpugen.DotQ6_K,
+}
 
 func (r *Runner) qRowBytes(n *dsl.Node) int {
 	w := &r.m.Weights[n.Weight]
@@ -43,7 +52,9 @@ func (r *Runner) outputRowsOnly(id int) bool {
 // kernel ggml runs depends on the number of rows (ggml-cpu.c
 // ggml_compute_forward_mul_mat: llamafile_sgemm for two rows or more, the
 // type's vec_dot for one), and the kernels accumulate in different orders;
-// the float types follow that choice (kernels/quant/x86variants.go). Output
+// the float types follow that choice. The dots are generated from
+// kernels/ops (the x86 orders are Orders of the generic kernels; quant's
+// x86variants.go has them by hand, and tests hold the two equal). Output
 // rows are split over the workers; each weight row is read once for all
 // input rows.
 func (r *Runner) lowerMatMul(id int, n *dsl.Node) (func(), error) {
@@ -65,27 +76,30 @@ func (r *Runner) lowerMatMul(id int, n *dsl.Node) (func(), error) {
 		// several) bring stories260K's decode steps from ~1e-3 to ~2e-4
 		// nats of llama.cpp; a batch and a token-by-token evaluation then
 		// differ like llama.cpp's own do (~1e-3 in a logit).
-		one, many = quant.DotF32AVX512, quant.DotF32AVX512
+		one, many = cpugen.DotF32AVX512, cpugen.DotF32AVX512
 		if sgemmOK {
-			many = quant.DotF32TinyBLAS
+			many = cpugen.DotF32TinyBLAS
 		}
 	case quant.F16:
-		one, many = quant.DotF16AVX512, quant.DotF16AVX512
+		one, many = cpugen.DotF16AVX512, cpugen.DotF16AVX512
 		if sgemmOK {
-			many = quant.DotF16TinyBLAS
+			many = cpugen.DotF16TinyBLAS
 		}
 	case quant.Q8_0:
 		// vec_dot_q8_0_q8_0 (one row) and tinyBLAS_Q0_AVX (several)
 		// accumulate alike.
-		one, many = quant.DotQ8_0AVX2, quant.DotQ8_0AVX2
+		one, many = cpugen.DotQ8_0AVX2, cpugen.DotQ8_0AVX2
 	case quant.Q4_0:
 		// A multiple of 8 rows goes to the repack buffer (repack.cpp
 		// ggml_repack_get_optimal_repack_type: q4_0_8x8_q8_0 with AVX2),
 		// the rest runs vec_dot_q4_0_q8_0 / tinyBLAS_Q0_AVX.
-		one, many = quant.DotQ4_0AVX2, quant.DotQ4_0AVX2
+		one, many = cpugen.DotQ4_0AVX2, cpugen.DotQ4_0AVX2
 		if out%8 == 0 {
-			one, many = quant.DotQ4_0Repack8x8, quant.DotQ4_0Repack8x8
+			one, many = cpugen.DotQ4_0Repack8x8, cpugen.DotQ4_0Repack8x8
 		}
+	}
+	if one == nil {
+		one, many = genericDot[w.Type], genericDot[w.Type]
 	}
 	var dot func(n int, w, x []byte) float32
 	var lo, hi int // rows of this step that the node computes

@@ -76,8 +76,24 @@ func Func(k *kernel.Kernel, o kernel.Schedule) (src string, imports, helpers map
 			params = append(params, f.vars[p.Var]+" "+goTypes[p.Var.Kind])
 		}
 	}
-	f.line("func %s(%s) {", lk.Name, strings.Join(params, ", "))
-	f.stmts(lk.Body)
+	if lk.Result == nil {
+		f.line("func %s(%s) {", lk.Name, strings.Join(params, ", "))
+		f.stmts(lk.Body)
+	} else {
+		// the result reads the body's top-level accumulators, so the body's
+		// scope stays open for the return
+		f.line("func %s(%s) %s {", lk.Name, strings.Join(params, ", "), goTypes[lk.Result.Kind])
+		f.depth++
+		f.scope = append(f.scope, nil)
+		for _, s := range lk.Body {
+			if !f.dead(s) {
+				f.stmt(s)
+			}
+		}
+		f.line("return %s", f.bare(lk.Result))
+		f.closeScope()
+		f.depth--
+	}
 	f.line("}")
 	return f.out.String(), f.imports, f.helpers, f.err
 }
@@ -136,6 +152,7 @@ func (f *fn) liveness() {
 		}
 		before := len(f.deadSet)
 		walk(f.k.Body)
+		expr(f.k.Result)
 		for _, s := range f.allStmts(f.k.Body) {
 			if (s.Op == kernel.SLet && f.reads[s.Var] == 0) || (s.Op == kernel.SView && f.reads[s.Buf] == 0) {
 				f.markDead(s)
@@ -219,6 +236,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		default:
 			f.line("%s = %s(%s, %s)", v, s.Var.Fold, v, x)
 		}
+	case kernel.SSet:
+		f.line("%s = %s", f.vars[s.Var], f.bare(s.Value))
 	case kernel.SStore:
 		f.line("%s[%s] = %s", f.bufs[s.Buf], f.bare(s.Index), f.bare(s.Value))
 	case kernel.SView:

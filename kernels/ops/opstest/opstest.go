@@ -9,6 +9,67 @@ import (
 	"github.com/jitllm/jitllm/kernels/quant"
 )
 
+// Type is the quant type named name ("Q4_0", "F16", "Q8_K", …).
+func Type(name string) quant.Type {
+	t, ok := quant.ParseType(name)
+	if !ok {
+		panic("opstest: no quant type " + name)
+	}
+	return t
+}
+
+// Row is n values of type t encoded from the floats v (uniform in [-s, s)
+// when v is nil): weights through the reference quantizer, activations
+// through the x86 one, as the CPU matmul makes them.
+func Row(t quant.Type, n int, v []float32, r *rand.Rand) []byte {
+	if v == nil {
+		v = Floats(n, 1, r)
+	}
+	b := make([]byte, quant.RowSize(t, n))
+	if err := quant.QuantizeRowX86(t, v, b); err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// DotArgs is (n, w, x) for dot kernel d: random weights of d.W (random
+// blocks with sane scales where a BlockDecode describes them) and a row
+// quantized to d.X.
+func DotArgs(d ops.Dot, n int, r *rand.Rand) []any {
+	var w []byte
+	for _, b := range ops.Blocks() {
+		if b.Name == d.W {
+			w = Blocks(b, n/b.QK, r)
+		}
+	}
+	if w == nil {
+		w = Row(Type(d.W), n, nil, r)
+	}
+	return []any{n, w, Row(Type(d.X), n, nil, r)}
+}
+
+// Variants are the hand-written kernels/quant functions the x86 Orders of
+// the dot kernels must reproduce, by kernel name.
+var Variants = map[string]func(n int, w, x []byte) float32{
+	"DotF32AVX512":     quant.DotF32AVX512,
+	"DotF32TinyBLAS":   quant.DotF32TinyBLAS,
+	"DotF16AVX512":     quant.DotF16AVX512,
+	"DotF16TinyBLAS":   quant.DotF16TinyBLAS,
+	"DotQ8_0AVX2":      quant.DotQ8_0AVX2,
+	"DotQ4_0AVX2":      quant.DotQ4_0AVX2,
+	"DotQ4_0Repack8x8": quant.DotQ4_0Repack8x8,
+}
+
+// DotReference is the kernels/quant function dot kernel d must match bit
+// for bit: its x86 variant, or quant.VecDot for ggml's generic order.
+func DotReference(d ops.Dot) func(n int, w, x []byte) float32 {
+	if f, ok := Variants[d.Kernel.Name]; ok {
+		return f
+	}
+	t := Type(d.W)
+	return func(n int, w, x []byte) float32 { return quant.VecDot(t, n, w, x) }
+}
+
 // Types maps each BlockDecode's name to its quant type.
 var Types = map[string]quant.Type{
 	"Q4_0": quant.Q4_0, "Q4_1": quant.Q4_1, "Q5_0": quant.Q5_0, "Q5_1": quant.Q5_1, "Q8_0": quant.Q8_0,
@@ -51,6 +112,12 @@ func Args(name string, seed uint64) []any {
 		case "MatVec" + d.Name:
 			cols := 512
 			return []any{Blocks(d, 7*cols/d.QK, r), Floats(cols, 1, r), make([]float32, 7)}
+		}
+	}
+	for _, d := range ops.Dots() {
+		if d.Kernel.Name == name {
+			// n varies by seed so the float kernels meet their tails
+			return DotArgs(d, d.QK*max(1, 16/d.QK)*(1+r.IntN(24)), r)
 		}
 	}
 	n := 37 + r.IntN(64)

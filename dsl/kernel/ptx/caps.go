@@ -1,0 +1,53 @@
+// Package ptx renders kernels of dsl/kernel as PTX (the NVIDIA virtual ISA)
+// text that the CUDA driver JIT-compiles: one .visible .entry per kernel,
+// bit-identical to the interpreter for every op except the transcendental
+// functions, whose documented error is far below an f32 ulp (docs/ptx.md).
+//
+// The target follows the renderer layout of dsl/kernel/gosrc: caps.go says
+// what the target has, rules.go how the IR and its schedule map onto it, and
+// emit.go/expr.go/math.go write the instructions.
+package ptx
+
+import (
+	"fmt"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// Caps of the PTX target, which the rules follow:
+//   - a grid of threads: one ParallelFor at the top of a kernel is spread
+//     over them (a grid-stride loop, so any launch shape is correct);
+//   - warps of 32 and barriers per CTA, used only where every thread of a
+//     CTA reaches them (the IR has no shared memory to order);
+//   - IEEE f32/f64 add, mul, div, sqrt and fma with explicit rounding (.rn
+//     also stops ptxas contracting a mul and an add into an fma);
+//   - no correctly rounded exp/log/sin/cos/pow: they are f64 sequences in
+//     math.go, accurate to about an f64 ulp, then rounded once;
+//   - no 8- or 16-bit arithmetic: such kinds live wrapped in 32-bit
+//     registers and are re-wrapped after ops that can leave their range.
+
+// Target is the GPU generation code is rendered for.
+type Target struct {
+	SM       int             // compute capability ×10: 80 for sm_80, 90 for sm_90
+	Version  string          // PTX ISA version; "" picks the lowest covering SM (7.8 up to sm_90)
+	Schedule kernel.Schedule // overrides the kernels' default schedules
+}
+
+// ForDevice is the target of a device of compute capability major.minor.
+func ForDevice(major, minor int) Target { return Target{SM: 10*major + minor} }
+
+// version is the .version line's number. sm_70 is the floor: shfl.sync and
+// the independent thread scheduling model start there.
+func (t Target) version() (string, error) {
+	switch {
+	case t.SM < 70:
+		return "", fmt.Errorf("ptx: sm_%d unsupported (need sm_70 or later)", t.SM)
+	case t.Version != "":
+		return t.Version, nil
+	case t.SM <= 90:
+		return "7.8", nil
+	case t.SM <= 101:
+		return "8.6", nil
+	}
+	return "8.7", nil
+}

@@ -1,0 +1,144 @@
+package ptx
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// render builds one small kernel and renders it for sm_90.
+func render(t *testing.T, name string, build func(b *kernel.Builder)) string {
+	t.Helper()
+	b := kernel.New(name)
+	build(b)
+	k, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Render(k, Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, src, []*kernel.Kernel{k}, 90)
+	return src
+}
+
+func has(t *testing.T, src string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(src, w) {
+			t.Errorf("missing %q in\n%s", w, src)
+		}
+	}
+}
+
+// Instruction selection of each kind of op, on a parallel elementwise kernel.
+func TestSelection(t *testing.T) {
+	src := render(t, "Ints", func(b *kernel.Builder) {
+		x, y := b.Buffer("x", kernel.I32), b.Buffer("y", kernel.I32)
+		u := b.Buffer("u", kernel.U8)
+		s := b.Scalar("s", kernel.I32)
+		b.ParallelFor("i", 0, y.Len(), func(i kernel.Expr) {
+			v := b.Let("v", x.At(i).Add(s))
+			w := b.Let("w", u.U8(i).Cvt(kernel.I32).Shl(3))
+			q := b.Let("q", u.U32(i.Mul(4)).Cvt(kernel.I32))
+			b.Store(y, i, kernel.Select(v.Lt(w), v.Div(w.Max(1)), q.Rem(7)))
+		})
+	})
+	has(t, src, ".param .s32 p3_s", "add.s32 ", "ld.global.u8 ", "ld.global.s32 ", "shl.b32 ", "setp.lt.s32 ",
+		"div.s32 ", "rem.s32 ", "max.s32 ", "selp.b32 ", "st.global.s32 ", "bra $L", "%ctaid.x")
+	if strings.Count(src, "ld.global.u8 ") != 5 { // one, plus a U32 from four bytes
+		t.Errorf("want 5 byte loads:\n%s", src)
+	}
+
+	src = render(t, "Floats", func(b *kernel.Builder) {
+		x, h, y := b.Buffer("x", kernel.F32), b.Buffer("h", kernel.U16), b.Buffer("y", kernel.F32)
+		n := b.Buffer("n", kernel.I8)
+		b.ParallelFor("i", 0, y.Len(), func(i kernel.Expr) {
+			v := b.Let("v", x.At(i).Mul(h.At(i).F16ToF32()).Add(1).Div(3))
+			r := b.Let("r", v.Sqrt().Rsqrt().FMA(v, v).Min(v))
+			c := b.Let("c", v.Cvt(kernel.I8).Add(n.At(i)))
+			b.Store(y, i, r.Sub(c.Cvt(kernel.F32)).Exp())
+		})
+	})
+	has(t, src, "mul.rn.f32 ", "add.rn.f32 ", "div.rn.f32 ", "sub.rn.f32 ", "sqrt.rn.f32 ", "cvt.f32.f16 ",
+		"ld.global.u16 ", "ld.global.s8 ", "cvt.rzi.s64.f32 ", "cvt.s32.s8 ", "cvt.rn.f32.s32 ", "fma.rn.f64 ",
+		"setp.nan.f32 ", "// exp in f64", "cvt.rn.f32.f64 ")
+	if strings.Contains(src, "ex2.approx") || strings.Contains(src, ".ftz") {
+		t.Errorf("approximate or flushing op:\n%s", src)
+	}
+
+	src = render(t, "Wide", func(b *kernel.Builder) {
+		x, y := b.Buffer("x", kernel.F64), b.Buffer("y", kernel.U32)
+		k := b.Scalar("k", kernel.Int)
+		b.Barrier()
+		b.ParallelFor("i", 0, y.Len(), func(i kernel.Expr) {
+			b.Barrier()
+			s := b.Sum("s", kernel.F64, 0, k, func(j kernel.Expr) kernel.Expr { return x.At(i.Add(j)).Log() })
+			b.Store(y, i, s.Cvt(kernel.U32).Shr(i).Xor(0xff))
+		})
+	})
+	has(t, src, ".param .s64 p2_k", "ld.global.f64 ", "add.rn.f64 ", "// log in f64", "cvt.rzi.s64.f64 ",
+		"cvt.u32.u64 ", "min.u64 ", "shr.u32 ", "xor.b32 ", "st.global.u32 ", "bar.sync 0;", "// barrier: nothing")
+	if strings.Count(src, "bar.sync") != 1 {
+		t.Errorf("want one bar.sync (at the top, where every thread reaches it):\n%s", src)
+	}
+}
+
+// Without a grid loop the kernel runs on thread 0; with one it grid-strides.
+func TestSerialGuard(t *testing.T) {
+	src := render(t, "Serial", func(b *kernel.Builder) {
+		x := b.Buffer("x", kernel.F32)
+		b.For("i", 0, x.Len(), func(i kernel.Expr) { b.Store(x, i, x.At(i).Neg()) })
+	})
+	has(t, src, "launch: one thread", "or.b32 ", "neg.f32 ")
+	src = render(t, "NegU", func(b *kernel.Builder) {
+		x := b.Buffer("x", kernel.U8)
+		b.For("i", 0, x.Len(), func(i kernel.Expr) { b.Store(x, i, x.At(i).Neg()) })
+	})
+	has(t, src, "neg.s32 ", "and.b32 ", "st.global.u8 ")
+	if strings.Contains(src, "neg.u") {
+		t.Errorf("neg has no unsigned types:\n%s", src)
+	}
+	src = render(t, "Stride", func(b *kernel.Builder) {
+		x := b.Buffer("x", kernel.F32)
+		b.ParallelFor("i", 0, x.Len(), func(i kernel.Expr) { b.Store(x, i, x.At(i).Neg()) })
+	})
+	has(t, src, "launch: loop i spread", "%nctaid.x", "mul.wide.u32 ")
+}
+
+// Orders lower to plain statements (SSet for a fused fold); a byte
+// buffer's f32 is its bits moved; a kernel result is refused.
+func TestOrdersAndBits(t *testing.T) {
+	src := render(t, "Dot", func(b *kernel.Builder) {
+		w, x, y := b.Buffer("w", kernel.U8), b.Buffer("x", kernel.F32), b.Buffer("y", kernel.F32)
+		b.ParallelFor("r", 0, y.Len(), func(r kernel.Expr) {
+			acc := b.Acc("acc", kernel.OpAdd, kernel.F(0))
+			b.For("i", 0, x.Len(), func(i kernel.Expr) {
+				b.Fold(acc, w.F32(r.Mul(x.Len()).Add(i).Mul(4)).Mul(x.At(i)))
+			})
+			b.Store(y, r, acc.Get())
+		})
+		b.Schedule("acc", kernel.LoopSchedule{Order: kernel.Order{Fused: true}})
+	})
+	has(t, src, "mov.b32 %f", "fma.rn.f64 ")
+	b := kernel.New("Ret")
+	x := b.Buffer("x", kernel.F32)
+	b.Return(x.At(0))
+	if _, err := Render(b.MustBuild(), Target{SM: 90}); err == nil || !strings.Contains(err.Error(), "Return") {
+		t.Errorf("result: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	b := kernel.New("Bad")
+	b.Buffer("x", kernel.Int)
+	k := b.MustBuild()
+	if _, err := Render(k, Target{SM: 90}); err == nil || !strings.Contains(err.Error(), "buffer x of int") {
+		t.Errorf("int buffer: %v", err)
+	}
+	if _, err := Render(k, Target{SM: 61}); err == nil || !strings.Contains(err.Error(), "sm_61") {
+		t.Errorf("sm_61: %v", err)
+	}
+}
