@@ -77,11 +77,21 @@ func Devices() ([]Info, error) {
 	return out, nil
 }
 
-// Context is the primary context of one device, bound to the calling OS
-// thread while in use (the driver keeps the current context per thread).
+// Context is the primary context of one device. The driver keeps the
+// current context per OS thread and Go moves goroutines between threads, so
+// every call that needs the context pins its goroutine and makes the context
+// current first (enter); that is cheap next to any driver call.
 type Context struct {
 	Device Info
 	ctx    uintptr
+}
+
+// enter pins the goroutine to its thread and makes c current; call the
+// returned function when the driver call is done.
+func (c *Context) enter() func() {
+	runtime.LockOSThread()
+	api.cuCtxSetCurrent(c.ctx)
+	return runtime.UnlockOSThread
 }
 
 // Open retains device ordinal's primary context.
@@ -97,26 +107,24 @@ func Open(ordinal int) (*Context, error) {
 	if err := check("cuDevicePrimaryCtxRetain", api.cuDevicePrimaryCtxRetain(&c.ctx, int32(ordinal))); err != nil {
 		return nil, err
 	}
-	return c, c.Bind()
-}
-
-// Bind makes the context current on this goroutine's OS thread, locking the
-// goroutine to it (call from the goroutine that issues the work).
-func (c *Context) Bind() error {
-	runtime.LockOSThread()
-	return check("cuCtxSetCurrent", api.cuCtxSetCurrent(c.ctx))
+	return c, nil
 }
 
 // Close releases the primary context.
 func (c *Context) Close() error {
+	defer c.enter()()
 	return check("cuDevicePrimaryCtxRelease", api.cuDevicePrimaryCtxRelease(int32(c.Device.Ordinal)))
 }
 
 // Synchronize waits for all work in the context.
-func (c *Context) Synchronize() error { return check("cuCtxSynchronize", api.cuCtxSynchronize()) }
+func (c *Context) Synchronize() error {
+	defer c.enter()()
+	return check("cuCtxSynchronize", api.cuCtxSynchronize())
+}
 
 // MemInfo returns free and total device memory.
 func (c *Context) MemInfo() (free, total uint64, err error) {
+	defer c.enter()()
 	err = check("cuMemGetInfo", api.cuMemGetInfo(&free, &total))
 	return
 }
@@ -125,19 +133,24 @@ func (c *Context) MemInfo() (free, total uint64, err error) {
 type Buffer struct {
 	Ptr  uint64
 	Size uint64
+	c    *Context
 }
 
 // Alloc allocates n bytes of device memory.
 func (c *Context) Alloc(n uint64) (Buffer, error) {
+	defer c.enter()()
 	var p uint64
 	if err := check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), api.cuMemAlloc(&p, n)); err != nil {
 		return Buffer{}, err
 	}
-	return Buffer{p, n}, nil
+	return Buffer{p, n, c}, nil
 }
 
 // Free releases a buffer.
-func (b Buffer) Free() error { return check("cuMemFree", api.cuMemFree(b.Ptr)) }
+func (b Buffer) Free() error {
+	defer b.c.enter()()
+	return check("cuMemFree", api.cuMemFree(b.Ptr))
+}
 
 // Upload copies host bytes to the start of b.
 func (b Buffer) Upload(src []byte) error {
@@ -147,6 +160,7 @@ func (b Buffer) Upload(src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
+	defer b.c.enter()()
 	return check("cuMemcpyHtoD", api.cuMemcpyHtoD(b.Ptr, unsafe.Pointer(&src[0]), uint64(len(src))))
 }
 
@@ -158,8 +172,12 @@ func (b Buffer) Download(dst []byte) error {
 	if len(dst) == 0 {
 		return nil
 	}
+	defer b.c.enter()()
 	return check("cuMemcpyDtoH", api.cuMemcpyDtoH(unsafe.Pointer(&dst[0]), b.Ptr, uint64(len(dst))))
 }
 
 // Zero sets the buffer to zero bytes.
-func (b Buffer) Zero() error { return check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size)) }
+func (b Buffer) Zero() error {
+	defer b.c.enter()()
+	return check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size))
+}

@@ -15,7 +15,10 @@ const (
 )
 
 // Module is PTX compiled by the driver for this device.
-type Module struct{ m uintptr }
+type Module struct {
+	m uintptr
+	c *Context
+}
 
 // LoadPTX compiles PTX text. Compiler errors come back with ptxas's log.
 func (c *Context) LoadPTX(ptx string) (*Module, error) {
@@ -28,6 +31,7 @@ func (c *Context) LoadPTX(ptx string) (*Module, error) {
 		uintptr(unsafe.Pointer(&infoLog[0])), uintptr(len(infoLog)),
 	}
 	src := cString(ptx)
+	defer c.enter()()
 	var m uintptr
 	r := api.cuModuleLoadDataEx(&m, unsafe.Pointer(src), uint32(len(opts)), &opts[0], &vals[0])
 	runtime.KeepAlive(errLog)
@@ -35,31 +39,37 @@ func (c *Context) LoadPTX(ptx string) (*Module, error) {
 	if r != 0 {
 		return nil, fmt.Errorf("loading PTX: %w\n%s", r, goString(&errLog[0]))
 	}
-	return &Module{m}, nil
+	return &Module{m, c}, nil
 }
 
 // Unload frees the module.
-func (m *Module) Unload() error { return check("cuModuleUnload", api.cuModuleUnload(m.m)) }
+func (m *Module) Unload() error {
+	defer m.c.enter()()
+	return check("cuModuleUnload", api.cuModuleUnload(m.m))
+}
 
 // Function is a kernel entry point.
 type Function struct {
 	f    uintptr
 	Name string
+	c    *Context
 }
 
 // Function looks up a kernel by its .entry name.
 func (m *Module) Function(name string) (*Function, error) {
+	defer m.c.enter()()
 	var f uintptr
 	if err := check("cuModuleGetFunction "+name, api.cuModuleGetFunction(&f, m.m, cString(name))); err != nil {
 		return nil, err
 	}
-	return &Function{f, name}, nil
+	return &Function{f, name, m.c}, nil
 }
 
 // SetMaxDynamicShared allows a launch to use up to n bytes of dynamic
 // shared memory (past the 48 KiB default).
 func (f *Function) SetMaxDynamicShared(n int) error {
 	const attrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	defer f.c.enter()()
 	return check("cuFuncSetAttribute", api.cuFuncSetAttribute(f.f, attrMaxDynamicShared, int32(n)))
 }
 
@@ -99,6 +109,7 @@ func (f *Function) Launch(grid, block Dim3, shared uint32, s *Stream, a *Args) e
 	if a != nil && len(a.ptrs) > 0 {
 		params = unsafe.Pointer(&a.ptrs[0])
 	}
+	defer f.c.enter()()
 	r := api.cuLaunchKernel(f.f, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, shared, sp, params, nil)
 	if r != 0 {
 		return fmt.Errorf("launching %s: %w", f.Name, r)
