@@ -27,6 +27,7 @@ func roundTripVocabs() []string {
 		filepath.Join(testdata, "stories260K.gguf"), filepath.Join(testdata, "llama-2-tiny-random.gguf"),
 		vocabPath("gpt-2"), vocabPath("gpt-neox"), vocabPath("mpt"), vocabPath("falcon"), vocabPath("starcoder"),
 		vocabPath("refact"), vocabPath("deepseek-coder"), vocabPath("deepseek-llm"),
+		hfPath("llama3"), hfPath("qwen3"), hfPath("deepseek_v3"),
 	}
 }
 

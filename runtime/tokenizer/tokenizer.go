@@ -2,7 +2,8 @@
 // for GGUF vocabularies: SentencePiece-style "llama" (SPM), byte-level BPE
 // "gpt2" with llama.cpp's per-model pre-tokenizers, and WordPiece "bert".
 // All tables are built once in FromMeta; Encode and Decode only read them, so
-// a Tokenizer is safe for concurrent use.
+// a Tokenizer is safe for concurrent use. FromHFJSON builds the same from a
+// Hugging Face tokenizer.json (byte-level BPE).
 package tokenizer
 
 import (
