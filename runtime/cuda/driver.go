@@ -116,24 +116,45 @@ var LibraryNames = []string{"libcuda.so.1", "libcuda.so"}
 // ErrNoDriver says the CUDA driver library could not be loaded.
 var ErrNoDriver = errors.New("no CUDA driver found: install the NVIDIA driver; jitllm needs only libcuda.so.1")
 
+// ErrOldDriver says the driver lacks an entry point jitllm uses.
+var ErrOldDriver = errors.New("the CUDA driver is too old: update the NVIDIA driver")
+
 var (
-	loadOnce sync.Once
-	loadErr  error
+	loadMu sync.Mutex
+	loaded bool
+	tried  error
 )
 
 // Load opens the driver and calls cuInit once. It is safe to call often.
-func Load() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
+func Load() error { return LoadLibrary(LibraryNames...) }
+
+// LoadLibrary is Load with the library names to try. Once a driver loaded,
+// it returns nil; a failure is remembered only for the default names.
+func LoadLibrary(names ...string) error {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if loaded {
+		return nil
+	}
+	defaults := len(names) == len(LibraryNames) && names[0] == LibraryNames[0]
+	if defaults && tried != nil {
+		return tried
+	}
+	err := load(names)
+	loaded = err == nil
+	if defaults {
+		tried = err
+	}
+	return err
 }
 
-func load() error {
+func load(names []string) error {
 	if runtime.GOOS != "linux" && runtime.GOOS != "windows" {
 		return fmt.Errorf("%w (CUDA is not available on %s)", ErrNoDriver, runtime.GOOS)
 	}
 	var lib uintptr
 	var err error
-	for _, name := range LibraryNames {
+	for _, name := range names {
 		if lib, err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
 			break
 		}
@@ -144,7 +165,7 @@ func load() error {
 	for _, s := range symbols {
 		sym, err := purego.Dlsym(lib, s.name)
 		if err != nil {
-			return fmt.Errorf("CUDA driver lacks %s (driver too old? update the NVIDIA driver): %v", s.name, err)
+			return fmt.Errorf("%w (it lacks %s: %v)", ErrOldDriver, s.name, err)
 		}
 		purego.RegisterFunc(s.fn, sym)
 	}
