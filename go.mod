@@ -3,16 +3,18 @@ module github.com/jitllm/jitllm
 go 1.26.8
 
 require (
+	github.com/anthropics/anthropic-sdk-go/v2 v2.16.0
 	github.com/ardanlabs/jinja v1.8.0
 	github.com/dave/jennifer v1.7.1
 	github.com/dlclark/regexp2 v1.11.5
 	github.com/ebitengine/purego v0.11.3
 	github.com/klauspost/cpuid/v2 v2.4.2
+	github.com/openai/openai-go/v3 v3.100.0
+	github.com/prometheus/client_golang v1.23.2
 	github.com/spf13/cobra v1.10.2
 )
 
 require (
-	github.com/anthropics/anthropic-sdk-go/v2 v2.16.0 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/buger/jsonparser v1.1.2 // indirect
@@ -23,9 +25,7 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/invopop/jsonschema v0.14.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/openai/openai-go/v3 v3.100.0 // indirect
 	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
-	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect

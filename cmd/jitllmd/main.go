@@ -1,13 +1,31 @@
-// Command jitllmd is the server. For now it only reports its version; the
-// OpenAI- and Anthropic-compatible API arrives with the server work.
+// Command jitllmd is the server: it loads models and serves them over an
+// OpenAI- and Anthropic-compatible HTTP API (docs/server.md).
+//
+//	jitllmd serve -addr localhost:4242 -models DIR -load F.gguf -id NAME -threads N
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/jitllm/jitllm/runtime/generate"
+	"github.com/jitllm/jitllm/server"
 )
 
 var version = "dev"
@@ -27,8 +45,133 @@ func main() {
 			fmt.Fprintf(cmd.OutOrStdout(), "jitllmd %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},
 	})
+	root.AddCommand(&cobra.Command{
+		Use:   "serve [flags]",
+		Short: "load models and serve the HTTP API (flags: serve -h)",
+		// Go-style flags (-addr as well as --addr), parsed by package flag.
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return serve(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	})
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "jitllmd:", err)
 		os.Exit(1)
 	}
+}
+
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(s string) error { *l = append(*l, s); return nil }
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "localhost:4242", "listen address")
+	dir := fs.String("models", "", "load every .gguf and .jlm file in this directory (id: the file name without extension)")
+	var loads, ids list
+	fs.Var(&loads, "load", "load this model file (repeatable)")
+	fs.Var(&ids, "id", "id of the matching -load (repeatable; default: the file name without extension)")
+	threads := fs.Int("threads", 0, "worker threads per session (0 = one per CPU)")
+	ctxLen := fs.Int("ctx", 0, "context length per session (0 = the model's, at most 4096)")
+	maxSessions := fs.Int("max-sessions", 1, "concurrent sessions (KV caches) per model")
+	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a session per model (more: 429)")
+	queueWait := fs.Duration("queue-wait", 30*time.Second, "longest wait for a session (then 503)")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	if len(ids) > len(loads) {
+		return errors.New("serve: more -id than -load flags")
+	}
+	type spec struct{ id, path string }
+	var specs []spec
+	if *dir != "" {
+		ents, err := os.ReadDir(*dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			ext := filepath.Ext(e.Name())
+			if e.IsDir() || (ext != ".gguf" && ext != ".jlm") {
+				continue
+			}
+			specs = append(specs, spec{strings.TrimSuffix(e.Name(), ext), filepath.Join(*dir, e.Name())})
+		}
+		sort.Slice(specs, func(i, j int) bool { return specs[i].id < specs[j].id })
+	}
+	for i, p := range loads {
+		id := strings.TrimSuffix(filepath.Base(p), filepath.Ext(p))
+		if i < len(ids) {
+			id = ids[i]
+		}
+		specs = append(specs, spec{id, p})
+	}
+	if len(specs) == 0 {
+		return errors.New("serve: no models: give -models DIR or -load FILE")
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	srv := server.New(server.Config{Threads: *threads, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait, Logger: log})
+	defer srv.Close(context.Background())
+	for _, sp := range specs {
+		m, err := generate.Open(sp.path)
+		if err != nil {
+			return err
+		}
+		if err := srv.AddModel(sp.id, m); err != nil {
+			m.Close()
+			return err
+		}
+		log.Info("loaded", "id", sp.id, "path", sp.path)
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	// Cancelling base cancels every in-flight request's context.
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hs := &http.Server{Handler: srv.Handler(), BaseContext: func(net.Listener) context.Context { return base }, ReadHeaderTimeout: 10 * time.Second}
+	sig, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	fmt.Fprintf(stdout, "jitllmd: serving %s on http://%s\n", strings.Join(srv.Models(), ", "), ln.Addr())
+
+	select {
+	case err := <-errc:
+		return err
+	case <-sig.Done():
+	}
+	stop()
+	log.Info("shutting down: no new connections; waiting for in-flight requests", "grace", *grace)
+	sctx, scancel := context.WithTimeout(context.Background(), *grace)
+	defer scancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("grace period over: cancelling in-flight requests")
+		cancel()
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		hs.Shutdown(cctx)
+		hs.Close()
+	}
+	cancel()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := srv.Close(cctx); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
 }

@@ -7,4 +7,5 @@ package main
 // imported, so a new backend or route cannot be left out of the table.
 import (
 	_ "github.com/jitllm/jitllm/graphs" // every model family
+	_ "github.com/jitllm/jitllm/server" // the HTTP API's endpoints
 )

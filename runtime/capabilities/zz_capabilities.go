@@ -111,8 +111,32 @@ var generated = Table{
 			Kind:   "go",
 		}},
 	}},
-	Endpoints:     []Endpoint{},
-	EndpointsNote: "No package of this build registers an HTTP endpoint yet (the server arrives with the server work), so this list is empty.",
+	Endpoints: []Endpoint{Endpoint{
+		Method: "GET",
+		Path:   "/v1/capabilities",
+	}, Endpoint{
+		Accepts: []string{"frequency_penalty", "logprobs", "max_completion_tokens", "max_tokens", "messages", "min_p", "model", "n", "presence_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_k", "top_logprobs", "top_p", "user"},
+		Method:  "POST",
+		Path:    "/v1/chat/completions",
+		Refuses: []string{"tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias", "parallel_tool_calls"},
+	}, Endpoint{
+		Accepts: []string{"best_of", "echo", "frequency_penalty", "logprobs", "max_tokens", "min_p", "model", "n", "presence_penalty", "prompt", "repeat_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_k", "top_p", "user"},
+		Method:  "POST",
+		Path:    "/v1/completions",
+		Refuses: []string{"suffix", "tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias", "parallel_tool_calls"},
+	}, Endpoint{
+		Accepts: []string{"max_tokens", "messages", "metadata", "model", "stop_sequences", "stream", "system", "temperature", "top_k", "top_p"},
+		Method:  "POST",
+		Path:    "/v1/messages",
+		Refuses: []string{"tools", "tool_choice", "thinking"},
+	}, Endpoint{
+		Method: "GET",
+		Path:   "/v1/models",
+	}, Endpoint{
+		Method: "GET",
+		Path:   "/v1/models/{id...}",
+	}},
+	EndpointsNote: "Every endpoint a server package registers with capabilities.RegisterEndpoint.",
 	Families: []Family{Family{
 		Architectures: []string{"llama"},
 		Backends:      []string{"cpu"},

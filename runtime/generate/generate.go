@@ -105,6 +105,40 @@ var ErrContext = errors.New("prompt does not fit the context")
 // Generate runs req from an empty cache, calling emit with each piece of
 // text as soon as it is complete UTF-8. emit returning an error stops it.
 func (s *Session) Generate(ctx context.Context, req Request, emit func(string) error) (*Result, error) {
+	return s.GenerateSteps(ctx, req, StepOptions{}, func(st Step) error {
+		if st.Text == "" {
+			return nil
+		}
+		return emit(st.Text)
+	})
+}
+
+// Step is one generated token as GenerateSteps reports it.
+type Step struct {
+	// Token is the chosen id; -1 for the final call that only carries the
+	// text the detokenizer held back (Flush).
+	Token int32
+	// Logits are the raw (unpenalized) logits Token was sampled from. They
+	// belong to the runner and are valid only during the callback.
+	Logits []float32
+	// Text is the text this token completed (empty while a UTF-8
+	// sequence is still incomplete).
+	Text string
+}
+
+// StepOptions adjust GenerateSteps.
+type StepOptions struct {
+	// GeneratedPenaltiesOnly keeps prompt tokens out of the penalty
+	// history, as OpenAI's frequency and presence penalties count only
+	// generated tokens.
+	GeneratedPenaltiesOnly bool
+}
+
+// GenerateSteps is Generate reporting every step: the chosen token, the
+// logits it was drawn from and the text it completed. An end-of-generation
+// token that stops the generation is not reported. step returning an error
+// stops it, and that error is returned.
+func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOptions, step func(Step) error) (*Result, error) {
 	tok := s.m.Tok
 	ids := req.Tokens
 	if ids == nil {
@@ -129,14 +163,19 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(string) e
 		return nil, err
 	}
 	res := &Result{PromptTokens: ids}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
 	s.r.Truncate(0)
 	start := time.Now()
 	logits, err := s.r.Forward(ids)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range ids {
-		sm.Accept(t)
+	if !opt.GeneratedPenaltiesOnly {
+		for _, t := range ids {
+			sm.Accept(t)
+		}
 	}
 	res.Prefill = time.Since(start)
 	start = time.Now()
@@ -154,10 +193,8 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(string) e
 		}
 		res.Tokens = append(res.Tokens, next)
 		sm.Accept(next)
-		if text := stream.Add(next); text != "" {
-			if err := emit(text); err != nil {
-				return res, err
-			}
+		if err := step(Step{Token: next, Logits: logits, Text: stream.Add(next)}); err != nil {
+			return res, err
 		}
 		if req.MaxTokens > 0 && len(res.Tokens) >= req.MaxTokens {
 			res.StopReason = "length"
@@ -173,9 +210,12 @@ func (s *Session) Generate(ctx context.Context, req Request, emit func(string) e
 		}
 	}
 	if text := stream.Flush(); text != "" {
-		if err := emit(text); err != nil {
+		if err := step(Step{Token: -1, Text: text}); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
 }
+
+// Model returns the model the session runs.
+func (s *Session) Model() *Model { return s.m }

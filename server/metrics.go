@@ -1,0 +1,50 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	reg         *prometheus.Registry
+	requests    *prometheus.CounterVec
+	tokensIn    *prometheus.CounterVec
+	tokensOut   *prometheus.CounterVec
+	ttft        *prometheus.HistogramVec
+	itl         *prometheus.HistogramVec
+	queue       *prometheus.GaugeVec
+	inUse       *prometheus.GaugeVec
+	sessionsMax *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jitllm_requests_total", Help: "HTTP requests by endpoint and status code.",
+		}, []string{"endpoint", "status"}),
+		tokensIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jitllm_prompt_tokens_total", Help: "Prompt tokens processed.",
+		}, []string{"model"}),
+		tokensOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jitllm_completion_tokens_total", Help: "Tokens generated.",
+		}, []string{"model"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jitllm_time_to_first_token_seconds", Help: "From the request's arrival to its first generated token (queueing and prefill included).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"model"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jitllm_inter_token_latency_seconds", Help: "Between consecutive generated tokens of one sequence.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"model"}),
+		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_queue_depth", Help: "Requests waiting for a session.",
+		}, []string{"model"}),
+		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_sessions_in_use", Help: "Sessions running a request.",
+		}, []string{"model"}),
+		sessionsMax: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_sessions_max", Help: "Most sessions a model may have (-max-sessions).",
+		}, []string{"model"}),
+	}
+	m.reg.MustRegister(m.requests, m.tokensIn, m.tokensOut, m.ttft, m.itl, m.queue, m.inUse, m.sessionsMax,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
