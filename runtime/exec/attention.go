@@ -34,7 +34,7 @@ func (r *Runner) lowerRoPE(id int, n *dsl.Node) (func(), error) {
 	return func() {
 		cs := r.ropeCS
 		for i := 0; i < r.nRows; i++ {
-			theta := float32(r.pos + i)
+			theta := float32(r.rowPos[i])
 			c := cs[i*p.Dims : (i+1)*p.Dims]
 			for j := 0; j < half; j++ {
 				t := theta
@@ -85,10 +85,11 @@ func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
 		kv := &r.kv[layer]
 		for t := lo; t < hi; t++ {
 			row, h := t/p.Heads, t%p.Heads
-			pos := r.pos + row
+			pos := int(r.rowPos[row])
 			qh := r.qh[row*qCols+h*hd : row*qCols+(h+1)*hd]
 			acc := y[row*qCols+h*hd : row*qCols+(h+1)*hd]
-			off := (h / group) * hd
+			// This row's sequence: its slot of the cache, then the head.
+			off := int(r.rowSeq[row])*r.opt.Context*kvDim + (h/group)*hd
 			M := float32(math.Inf(-1))
 			var S float32
 			for j := 0; j <= pos; j++ {
@@ -120,7 +121,7 @@ func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
 	return func() {
 		kv := &r.kv[layer]
 		for i := 0; i < r.nRows; i++ {
-			at := (r.pos + i) * kvDim
+			at := (int(r.rowSeq[i])*r.opt.Context + int(r.rowPos[i])) * kvDim
 			for d := 0; d < kvDim; d++ {
 				kv.k[at+d] = quant.F32ToF16(k[i*kvDim+d])
 				kv.v[at+d] = quant.F32ToF16(v[i*kvDim+d])

@@ -12,22 +12,38 @@ type Options struct {
 	MaxBatch  int  // most tokens in one step (prompts are fed in chunks of this); 0 = 512
 	Context   int  // KV cache positions; 0 = the model's trained context, capped at 4096
 	LogitsAll bool // return logits for every row of a step, not only the last
+	Sequences int  // independent sequences sharing the planned kernels, each with its own KV slot; 0 = 1
 }
 
-// Runner holds one sequence's state (KV cache, position) and the planned
-// kernels of the graph. Forward allocates nothing once the runner is made.
+// Batch is one step over rows from several sequences: row i feeds Tokens[i]
+// to sequence Seq[i] at that sequence's next position. The rows of one
+// sequence must appear in order; the last Logits rows return logits (put the
+// rows whose logits are wanted last).
+type Batch struct {
+	Tokens []int32
+	Seq    []int32
+	Logits int
+}
+
+// Runner holds the state of its sequences (KV cache slots, positions) and
+// the planned kernels of the graph; a step is one batch of rows, from one
+// sequence (Forward) or many (ForwardBatch, for continuous batching).
+// Neither allocates once the runner is made.
 type Runner struct {
 	m     *Model
 	opt   Options
 	pool  *Pool
 	steps []func()
 
-	bufs   [][]float32 // node outputs, planned by liveness
-	tokens []int32     // the current step's token ids
-	nRows  int         // rows in the current step
-	pos    int         // position of the current step's first row
-	outID  int
-	outRow int // first row the logits node computes (last row only, unless LogitsAll)
+	bufs    [][]float32 // node outputs, planned by liveness
+	tokens  []int32     // the current step's token ids
+	rowSeq  []int32     // the sequence of each row
+	rowPos  []int32     // the position of each row in its sequence
+	seqPos  []int       // positions already in each sequence's cache
+	seqRows []int       // scratch: rows per sequence in a batch
+	nRows   int         // rows in the current step
+	outID   int
+	outRow  int // first row the logits node computes (the last rows of a step)
 
 	kv     []layerKV
 	qbuf   []byte    // activation rows quantized for a matmul
@@ -36,7 +52,7 @@ type Runner struct {
 }
 
 type layerKV struct {
-	k, v []uint16 // [Context][KVHeads*HeadDim], f16 as llama.cpp keeps them
+	k, v []uint16 // [Sequences][Context][KVHeads*HeadDim], f16 as llama.cpp keeps them
 	dim  int
 }
 
@@ -51,10 +67,14 @@ func NewRunner(m *Model, opt Options) (*Runner, error) {
 			opt.Context = 4096
 		}
 	}
-	if opt.MaxBatch > opt.Context {
-		opt.MaxBatch = opt.Context
+	if opt.MaxBatch > opt.Context*max(opt.Sequences, 1) {
+		opt.MaxBatch = opt.Context * max(opt.Sequences, 1)
 	}
-	r := &Runner{m: m, opt: opt, pool: NewPool(opt.Threads), tokens: make([]int32, opt.MaxBatch)}
+	if opt.Sequences <= 0 {
+		opt.Sequences = 1
+	}
+	r := &Runner{m: m, opt: opt, pool: NewPool(opt.Threads), tokens: make([]int32, opt.MaxBatch),
+		rowSeq: make([]int32, opt.MaxBatch), rowPos: make([]int32, opt.MaxBatch), seqPos: make([]int, opt.Sequences), seqRows: make([]int, opt.Sequences)}
 	if err := r.plan(); err != nil {
 		r.pool.Close()
 		return nil, err
@@ -65,55 +85,119 @@ func NewRunner(m *Model, opt Options) (*Runner, error) {
 // Close stops the runner's workers.
 func (r *Runner) Close() { r.pool.Close() }
 
-// Pos is the number of positions already in the KV cache.
-func (r *Runner) Pos() int { return r.pos }
+// Pos is the number of positions already in sequence 0's cache.
+func (r *Runner) Pos() int { return r.seqPos[0] }
+
+// SeqPos is the number of positions already in sequence seq's cache.
+func (r *Runner) SeqPos(seq int) int { return r.seqPos[seq] }
+
+// Sequences is the number of sequence slots.
+func (r *Runner) Sequences() int { return r.opt.Sequences }
 
 // Context is the KV cache's capacity in positions.
 func (r *Runner) Context() int { return r.opt.Context }
 
-// Truncate forgets positions from n on (to rewind a sequence or reuse a prefix).
-func (r *Runner) Truncate(n int) {
-	if n >= 0 && n < r.pos {
-		r.pos = n
+// Truncate forgets sequence 0's positions from n on (to rewind it or reuse a prefix).
+func (r *Runner) Truncate(n int) { r.TruncateSeq(0, n) }
+
+// TruncateSeq forgets sequence seq's positions from n on; 0 frees the slot.
+func (r *Runner) TruncateSeq(seq, n int) {
+	if seq >= 0 && seq < len(r.seqPos) && n >= 0 && n < r.seqPos[seq] {
+		r.seqPos[seq] = n
 	}
 }
 
-// Forward feeds tokens at the next positions and returns the logits of the
-// last one (of every row of the last chunk with LogitsAll). The slice is the
-// runner's own and changes on the next call.
+// Forward feeds tokens to sequence 0 at its next positions and returns the
+// logits of the last one (of every row of the last chunk with LogitsAll).
+// The slice is the runner's own and changes on the next call.
 func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("forward: no tokens")
 	}
-	if r.pos+len(tokens) > r.opt.Context {
-		return nil, fmt.Errorf("%d tokens at position %d exceed the context of %d positions", len(tokens), r.pos, r.opt.Context)
+	if p := r.seqPos[0]; p+len(tokens) > r.opt.Context {
+		return nil, fmt.Errorf("%d tokens at position %d exceed the context of %d positions", len(tokens), p, r.opt.Context)
 	}
 	if r.opt.LogitsAll && len(tokens) > r.opt.MaxBatch {
 		return nil, fmt.Errorf("%d tokens exceed the batch of %d rows needed to return every row's logits", len(tokens), r.opt.MaxBatch)
 	}
-	vocab := r.m.VocabSize()
-	embd := r.m.Weights[r.m.Graph.Nodes[r.embedNode()].Weight].Dims[1]
-	for _, t := range tokens {
-		if t < 0 || int64(t) >= embd {
-			return nil, fmt.Errorf("token id %d is outside the vocabulary of %d", t, embd)
-		}
+	if err := r.checkTokens(tokens); err != nil {
+		return nil, err
 	}
 	var out []float32
 	for len(tokens) > 0 {
 		n := min(len(tokens), r.opt.MaxBatch)
-		r.nRows = copy(r.tokens, tokens[:n])
-		r.outRow = r.nRows - 1
+		copy(r.tokens, tokens[:n])
+		for i := 0; i < n; i++ {
+			r.rowSeq[i] = 0
+		}
+		logits := 1
 		if r.opt.LogitsAll {
-			r.outRow = 0
+			logits = n
 		}
-		for _, s := range r.steps {
-			s()
-		}
-		r.pos += n
+		out = r.step(n, logits)
 		tokens = tokens[n:]
-		out = r.bufs[r.outID][:(r.nRows-r.outRow)*vocab]
 	}
 	return out, nil
+}
+
+// ForwardBatch runs one step over rows of several sequences and returns the
+// logits of the last b.Logits rows, row after row.
+func (r *Runner) ForwardBatch(b Batch) ([]float32, error) {
+	n := len(b.Tokens)
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("forward: no tokens")
+	case len(b.Seq) != n:
+		return nil, fmt.Errorf("forward: %d tokens but %d sequence ids", n, len(b.Seq))
+	case n > r.opt.MaxBatch:
+		return nil, fmt.Errorf("forward: %d rows exceed the batch of %d", n, r.opt.MaxBatch)
+	case b.Logits < 0 || b.Logits > n:
+		return nil, fmt.Errorf("forward: %d logit rows of %d", b.Logits, n)
+	}
+	if err := r.checkTokens(b.Tokens); err != nil {
+		return nil, err
+	}
+	grow := r.seqRows // rows per sequence in this batch
+	clear(grow)
+	for i, s := range b.Seq {
+		if s < 0 || int(s) >= r.opt.Sequences {
+			return nil, fmt.Errorf("forward: row %d names sequence %d of %d", i, s, r.opt.Sequences)
+		}
+		grow[s]++
+		if r.seqPos[s]+grow[s] > r.opt.Context {
+			return nil, fmt.Errorf("sequence %d: position %d exceeds the context of %d positions", s, r.seqPos[s]+grow[s]-1, r.opt.Context)
+		}
+	}
+	copy(r.tokens, b.Tokens)
+	copy(r.rowSeq, b.Seq)
+	return r.step(n, b.Logits), nil
+}
+
+func (r *Runner) checkTokens(tokens []int32) error {
+	embd := r.m.Weights[r.m.Graph.Nodes[r.embedNode()].Weight].Dims[1]
+	for _, t := range tokens {
+		if t < 0 || int64(t) >= embd {
+			return fmt.Errorf("token id %d is outside the vocabulary of %d", t, embd)
+		}
+	}
+	return nil
+}
+
+// step runs the planned kernels over the n rows already in r.tokens and
+// r.rowSeq, giving each row its sequence's next position; the last logits
+// rows return logits.
+func (r *Runner) step(n, logits int) []float32 {
+	for i := 0; i < n; i++ {
+		s := r.rowSeq[i]
+		r.rowPos[i] = int32(r.seqPos[s])
+		r.seqPos[s]++
+	}
+	r.nRows = n
+	r.outRow = n - logits
+	for _, s := range r.steps {
+		s()
+	}
+	return r.bufs[r.outID][:logits*r.m.VocabSize()]
 }
 
 func (r *Runner) embedNode() int {
@@ -190,7 +274,8 @@ func (r *Runner) plan() error {
 				return fmt.Errorf("attention node in block %d of %d", n.Layer, g.Layers)
 			}
 			dim := n.Attn.KVHeads * n.Attn.HeadDim
-			r.kv[n.Layer] = layerKV{k: make([]uint16, r.opt.Context*dim), v: make([]uint16, r.opt.Context*dim), dim: dim}
+			size := r.opt.Sequences * r.opt.Context * dim
+			r.kv[n.Layer] = layerKV{k: make([]uint16, size), v: make([]uint16, size), dim: dim}
 			r.qh = grow(r.qh, rows*n.Cols)
 		}
 		if n.Op == dsl.OpRoPE {

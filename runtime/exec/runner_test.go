@@ -154,3 +154,68 @@ func (r retyped) Tensor(name string) (weights.Tensor, bool) {
 	}
 	return t, ok
 }
+
+// Rows of several sequences in one step give each sequence what it would
+// get alone: the KV slots and positions are kept apart.
+func TestForwardBatchMatchesSeparateSequences(t *testing.T) {
+	a := []int32{1, 403, 407, 261, 378}
+	b := []int32{1, 297, 422, 385}
+	alone := func(p []int32) []float32 {
+		r := load(t, "stories260K.gguf", Options{})
+		out, err := r.Forward(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), out...)
+	}
+	wantA, wantB := alone(a), alone(b)
+	r := load(t, "stories260K.gguf", Options{Sequences: 3})
+	// Prompts' leading rows first, the two rows that need logits last.
+	var batch Batch
+	for _, tok := range a[:len(a)-1] {
+		batch.Tokens, batch.Seq = append(batch.Tokens, tok), append(batch.Seq, 2)
+	}
+	for _, tok := range b[:len(b)-1] {
+		batch.Tokens, batch.Seq = append(batch.Tokens, tok), append(batch.Seq, 0)
+	}
+	batch.Tokens = append(batch.Tokens, a[len(a)-1], b[len(b)-1])
+	batch.Seq = append(batch.Seq, 2, 0)
+	batch.Logits = 2
+	got, err := r.ForwardBatch(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := r.m.VocabSize()
+	for j := 0; j < v; j++ {
+		if d := math.Abs(float64(got[j] - wantA[j])); d > batchTol {
+			t.Fatalf("sequence a logit %d: %g, alone %g", j, got[j], wantA[j])
+		}
+		if d := math.Abs(float64(got[v+j] - wantB[j])); d > batchTol {
+			t.Fatalf("sequence b logit %d: %g, alone %g", j, got[v+j], wantB[j])
+		}
+	}
+	if r.SeqPos(2) != len(a) || r.SeqPos(0) != len(b) || r.SeqPos(1) != 0 {
+		t.Fatalf("positions %d %d %d", r.SeqPos(0), r.SeqPos(1), r.SeqPos(2))
+	}
+	// One decode row per sequence, batched, allocates nothing.
+	dec := Batch{Tokens: []int32{42, 43}, Seq: []int32{0, 2}, Logits: 2}
+	allocs := testing.AllocsPerRun(20, func() {
+		r.TruncateSeq(0, len(b))
+		r.TruncateSeq(2, len(a))
+		if _, err := r.ForwardBatch(dec); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a batched decode step allocates %.1f times", allocs)
+	}
+	for _, bad := range []Batch{
+		{Tokens: []int32{1}, Seq: []int32{3}, Logits: 1},
+		{Tokens: []int32{1, 2}, Seq: []int32{0}, Logits: 1},
+		{Tokens: []int32{1}, Seq: []int32{0}, Logits: 2},
+	} {
+		if _, err := r.ForwardBatch(bad); err == nil {
+			t.Errorf("accepted %+v", bad)
+		}
+	}
+}
