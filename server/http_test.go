@@ -356,8 +356,10 @@ func TestLoad(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	func() {
-		_, hs := newTest(t, Config{MaxSessions: 4, QueueWait: 20 * time.Second, MaxQueue: 64})
+		srv, hs := newTest(t, Config{MaxSessions: 4, QueueWait: 20 * time.Second, MaxQueue: 64})
 		defer hs.Close()
+		// The model's batching engine lives as long as the model: close it too.
+		defer srv.Close(context.Background())
 		rs := refs(t)
 		const total, conc, maxTok = 200, 16, 16
 		want := make([]string, len(rs))

@@ -16,13 +16,16 @@ var (
 	errClosed    = errors.New("the server is shutting down")
 )
 
-// pool hands out at most max sessions of one model; sessions are made on
-// first need and kept for reuse. Callers beyond max wait (at most maxQueue
-// of them, each at most wait).
+// pool hands out at most max sessions of one model. The sessions are slots
+// of one continuous-batching engine, so concurrent requests share each
+// step's weight reads; the engine is made on first need. Callers beyond max
+// wait (at most maxQueue of them, each at most wait).
 type pool struct {
 	id       string
 	m        *generate.Model
 	opt      exec.Options
+	engine   *generate.Engine
+	max      int
 	sem      chan struct{}
 	wait     time.Duration
 	maxQueue int
@@ -38,7 +41,7 @@ func newPool(id string, m *generate.Model, opt exec.Options, max, maxQueue int, 
 	met.sessionsMax.WithLabelValues(id).Set(float64(max))
 	met.queue.WithLabelValues(id).Set(0)
 	met.inUse.WithLabelValues(id).Set(0)
-	return &pool{id: id, m: m, opt: opt, sem: make(chan struct{}, max), wait: wait, maxQueue: maxQueue, met: met}
+	return &pool{id: id, m: m, opt: opt, max: max, sem: make(chan struct{}, max), wait: wait, maxQueue: maxQueue, met: met}
 }
 
 // acquire returns a session for the caller's exclusive use; give it back
@@ -83,30 +86,29 @@ func (p *pool) acquire(ctx context.Context) (*generate.Session, error) {
 		<-p.sem
 		return nil, errClosed
 	}
-	var s *generate.Session
-	if n := len(p.idle); n > 0 {
-		s = p.idle[n-1]
-		p.idle = p.idle[:n-1]
-	}
-	p.mu.Unlock()
-	if s == nil {
-		var err error
-		if s, err = p.m.NewSession(p.opt); err != nil {
+	if p.engine == nil {
+		e, err := p.m.NewEngine(p.opt, p.max)
+		if err != nil {
+			p.mu.Unlock()
 			<-p.sem
 			return nil, err
 		}
+		p.engine = e
+		for i := p.max - 1; i >= 0; i-- {
+			p.idle = append(p.idle, e.Session(p.m, i))
+		}
 	}
+	// A slot is free whenever the semaphore let us in.
+	s := p.idle[len(p.idle)-1]
+	p.idle = p.idle[:len(p.idle)-1]
+	p.mu.Unlock()
 	p.met.inUse.WithLabelValues(p.id).Inc()
 	return s, nil
 }
 
 func (p *pool) release(s *generate.Session) {
 	p.mu.Lock()
-	if p.closed {
-		s.Close()
-	} else {
-		p.idle = append(p.idle, s)
-	}
+	p.idle = append(p.idle, s)
 	p.mu.Unlock()
 	p.met.inUse.WithLabelValues(p.id).Dec()
 	<-p.sem
@@ -136,8 +138,9 @@ func (p *pool) close(ctx context.Context) error {
 		}
 	}
 	p.mu.Lock()
-	for _, s := range p.idle {
-		s.Close()
+	if err == nil && p.engine != nil {
+		p.engine.Close()
+		p.engine = nil
 	}
 	p.idle = nil
 	p.mu.Unlock()

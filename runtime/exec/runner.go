@@ -292,3 +292,6 @@ func grow(b []float32, n int) []float32 {
 	}
 	return make([]float32, n)
 }
+
+// MaxBatch is the most rows one step carries.
+func (r *Runner) MaxBatch() int { return r.opt.MaxBatch }

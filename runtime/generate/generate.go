@@ -78,10 +78,22 @@ type Result struct {
 	Decode       time.Duration
 }
 
-// Session is a runner with its own KV cache; reuse one for several requests.
+// Session is one sequence: its own KV cache, in a runner of its own
+// (NewSession) or in a slot of an Engine's shared runner (Engine.Session),
+// where its steps are batched with other sessions'. Reuse one for several
+// requests; one request at a time.
 type Session struct {
 	m *Model
-	r *exec.Runner
+	r stepper
+}
+
+// stepper is what a session needs of the runner under it.
+type stepper interface {
+	Forward(tokens []int32) ([]float32, error)
+	Truncate(n int)
+	Pos() int
+	Context() int
+	Close()
 }
 
 // NewSession plans the model for one sequence.
@@ -95,9 +107,6 @@ func (m *Model) NewSession(opt exec.Options) (*Session, error) {
 
 // Close stops the session's workers.
 func (s *Session) Close() { s.r.Close() }
-
-// Runner exposes the session's runner (for tests and benchmarks).
-func (s *Session) Runner() *exec.Runner { return s.r }
 
 // ErrContext is returned for prompts that do not fit the context.
 var ErrContext = errors.New("prompt does not fit the context")

@@ -1,0 +1,203 @@
+package generate
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jitllm/jitllm/runtime/exec"
+)
+
+// Engine runs many sessions of one model through one runner with continuous
+// batching: each step carries every waiting session's rows (a decode
+// token, or a chunk of a prompt beside the running decodes), so the weights
+// are read once per step for all of them.
+type Engine struct {
+	r      *exec.Runner
+	vocab  int
+	submit chan *slot
+	quit   chan struct{}
+	done   chan struct{}
+
+	mu    sync.Mutex // guards r between the loop and Truncate/Pos
+	slots []*slot
+	batch exec.Batch
+	order []*slot // the slots whose rows the current batch carries, logits rows last
+}
+
+// slot is one sequence of the engine; Session.r for engine sessions.
+type slot struct {
+	e      *Engine
+	seq    int32
+	tokens []int32 // rows still to feed (a prompt may span several steps)
+	take   int     // rows this step carries
+	out    int     // its row among the step's logits
+	logits []float32
+	err    error
+	ready  chan struct{}
+}
+
+// NewEngine plans m for sessions sequences sharing one runner; opt.MaxBatch
+// bounds the rows of one step (prompt chunks fill what decodes leave).
+func (m *Model) NewEngine(opt exec.Options, sessions int) (*Engine, error) {
+	if sessions < 1 {
+		return nil, fmt.Errorf("an engine needs at least one session, got %d", sessions)
+	}
+	opt.Sequences = sessions
+	opt.LogitsAll = false
+	r, err := exec.NewRunner(m.Exec, opt)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{r: r, vocab: m.Exec.VocabSize(), submit: make(chan *slot, sessions), quit: make(chan struct{}), done: make(chan struct{})}
+	for i := 0; i < sessions; i++ {
+		e.slots = append(e.slots, &slot{e: e, seq: int32(i), logits: make([]float32, e.vocab), ready: make(chan struct{}, 1)})
+	}
+	go e.loop()
+	return e, nil
+}
+
+// Session returns session i (0 ≤ i < sessions) of the engine.
+func (e *Engine) Session(m *Model, i int) *Session { return &Session{m: m, r: e.slots[i]} }
+
+// Close stops the engine; sessions must be idle.
+func (e *Engine) Close() {
+	close(e.quit)
+	<-e.done
+	e.r.Close()
+}
+
+var errEngineClosed = errors.New("the engine is closed")
+
+// loop gathers the rows of every session waiting for a step and runs them
+// as one batch. Sessions submit again as soon as they have sampled, so the
+// batch of the next step forms while this one runs.
+func (e *Engine) loop() {
+	defer close(e.done)
+	var waiting []*slot
+	for {
+		if len(waiting) == 0 {
+			select {
+			case s := <-e.submit:
+				waiting = append(waiting, s)
+			case <-e.quit:
+				return
+			}
+		}
+		for more := true; more; { // whoever else is ready joins this step
+			select {
+			case s := <-e.submit:
+				waiting = append(waiting, s)
+			default:
+				more = false
+			}
+		}
+		waiting = e.step(waiting)
+	}
+}
+
+// step runs one batch over the waiting slots and returns those still
+// waiting (prompts longer than the batch continue in the next step).
+func (e *Engine) step(waiting []*slot) []*slot {
+	budget := e.r.MaxBatch()
+	b := &e.batch
+	b.Tokens, b.Seq, e.order = b.Tokens[:0], b.Seq[:0], e.order[:0]
+	// Decodes (one row) first so a long prompt never starves them, then
+	// prompt chunks in the room left.
+	for _, pass := range [2]bool{true, false} {
+		for _, s := range waiting {
+			if (len(s.tokens) == 1) != pass || s.take > 0 || budget == 0 {
+				continue
+			}
+			s.take = min(len(s.tokens), budget)
+			budget -= s.take
+			e.order = append(e.order, s)
+		}
+	}
+	// Rows that need no logits first, then each finishing slot's last row.
+	logits := 0
+	for _, s := range e.order {
+		n := s.take
+		if n == len(s.tokens) {
+			n-- // its last row goes to the logits section
+			logits++
+		}
+		b.Tokens = append(b.Tokens, s.tokens[:n]...)
+		for i := 0; i < n; i++ {
+			b.Seq = append(b.Seq, s.seq)
+		}
+	}
+	k := 0
+	for _, s := range e.order {
+		if s.take == len(s.tokens) {
+			b.Tokens = append(b.Tokens, s.tokens[s.take-1])
+			b.Seq = append(b.Seq, s.seq)
+			s.out = k
+			k++
+		}
+	}
+	b.Logits = logits
+	e.mu.Lock()
+	out, err := e.r.ForwardBatch(*b)
+	e.mu.Unlock()
+	next := waiting[:0]
+	for _, s := range waiting {
+		switch {
+		case s.take == 0:
+			next = append(next, s)
+			continue
+		case err != nil:
+			s.err, s.tokens = err, nil
+		case s.take == len(s.tokens):
+			copy(s.logits, out[s.out*e.vocab:(s.out+1)*e.vocab])
+			s.tokens = nil
+		default:
+			s.tokens = s.tokens[s.take:]
+			s.take = 0
+			next = append(next, s)
+			continue
+		}
+		s.take = 0
+		s.ready <- struct{}{}
+	}
+	return next
+}
+
+// Forward queues tokens for the slot's sequence and waits for the step that
+// finishes them; the logits belong to the slot until its next Forward.
+func (s *slot) Forward(tokens []int32) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, errors.New("forward: no tokens")
+	}
+	if p := s.Pos(); p+len(tokens) > s.Context() {
+		return nil, fmt.Errorf("%d tokens at position %d exceed the context of %d positions", len(tokens), p, s.Context())
+	}
+	s.tokens, s.err = tokens, nil
+	select {
+	case s.e.submit <- s:
+	case <-s.e.quit:
+		return nil, errEngineClosed
+	}
+	<-s.ready
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s.logits, nil
+}
+
+func (s *slot) Truncate(n int) {
+	s.e.mu.Lock()
+	s.e.r.TruncateSeq(int(s.seq), n)
+	s.e.mu.Unlock()
+}
+
+func (s *slot) Pos() int {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.e.r.SeqPos(int(s.seq))
+}
+
+func (s *slot) Context() int { return s.e.r.Context() }
+
+// Close does nothing: the engine owns the runner.
+func (s *slot) Close() {}
