@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jitllm/jitllm/runtime/exec"
 )
@@ -16,8 +17,10 @@ type Engine struct {
 	r      *exec.Runner
 	vocab  int
 	submit chan *slot
+	wake   chan struct{} // a session ended: the loop recounts who it waits for
 	quit   chan struct{}
 	done   chan struct{}
+	active atomic.Int32 // sessions in the middle of a generation
 
 	mu    sync.Mutex // guards r between the loop and Truncate/Pos
 	slots []*slot
@@ -49,7 +52,8 @@ func (m *Model) NewEngine(opt exec.Options, sessions int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{r: r, vocab: m.Exec.VocabSize(), submit: make(chan *slot, sessions), quit: make(chan struct{}), done: make(chan struct{})}
+	e := &Engine{r: r, vocab: m.Exec.VocabSize(), submit: make(chan *slot, sessions), wake: make(chan struct{}, 1),
+		quit: make(chan struct{}), done: make(chan struct{})}
 	for i := 0; i < sessions; i++ {
 		e.slots = append(e.slots, &slot{e: e, seq: int32(i), logits: make([]float32, e.vocab), ready: make(chan struct{}, 1)})
 	}
@@ -69,27 +73,20 @@ func (e *Engine) Close() {
 
 var errEngineClosed = errors.New("the engine is closed")
 
-// loop gathers the rows of every session waiting for a step and runs them
-// as one batch. Sessions submit again as soon as they have sampled, so the
-// batch of the next step forms while this one runs.
+// loop gathers the rows of every session in a generation and runs them as
+// one batch: it waits until each active session has submitted (they do as
+// soon as they have sampled) or ended, so every step carries them all.
 func (e *Engine) loop() {
 	defer close(e.done)
 	var waiting []*slot
 	for {
-		if len(waiting) == 0 {
+		for len(waiting) == 0 || len(waiting) < int(e.active.Load()) {
 			select {
 			case s := <-e.submit:
 				waiting = append(waiting, s)
+			case <-e.wake:
 			case <-e.quit:
 				return
-			}
-		}
-		for more := true; more; { // whoever else is ready joins this step
-			select {
-			case s := <-e.submit:
-				waiting = append(waiting, s)
-			default:
-				more = false
 			}
 		}
 		waiting = e.step(waiting)
@@ -198,6 +195,17 @@ func (s *slot) Pos() int {
 }
 
 func (s *slot) Context() int { return s.e.r.Context() }
+
+// begin and end bracket a generation, so the loop knows whom to wait for.
+func (s *slot) begin() { s.e.active.Add(1) }
+
+func (s *slot) end() {
+	s.e.active.Add(-1)
+	select {
+	case s.e.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Close does nothing: the engine owns the runner.
 func (s *slot) Close() {}

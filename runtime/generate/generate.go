@@ -87,6 +87,12 @@ type Session struct {
 	r stepper
 }
 
+// batched is a stepper that batches its steps with other sessions'.
+type batched interface {
+	begin()
+	end()
+}
+
 // stepper is what a session needs of the runner under it.
 type stepper interface {
 	Forward(tokens []int32) ([]float32, error)
@@ -148,6 +154,10 @@ type StepOptions struct {
 // token that stops the generation is not reported. step returning an error
 // stops it, and that error is returned.
 func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOptions, step func(Step) error) (*Result, error) {
+	if b, ok := s.r.(batched); ok { // tell a batching engine whom to wait for
+		b.begin()
+		defer b.end()
+	}
 	tok := s.m.Tok
 	ids := req.Tokens
 	if ids == nil {
