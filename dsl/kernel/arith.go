@@ -240,3 +240,44 @@ func fold(n *Node) (Expr, bool) {
 	}
 	return nil, false
 }
+
+// F32ToF16 rounds f to the nearest IEEE half, ties to even, and returns its
+// bits: overflow gives ±inf, magnitudes below half the smallest subnormal
+// give ±0, and a NaN keeps its sign and top payload bits with the quiet bit
+// set. It is kernels/quant.F32ToF16 (ggml's conversion) bit for bit.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00 | uint16(man>>13)
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 112 // rebias 127 -> 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		if e < -10 {
+			return sign
+		}
+		m := man | 0x800000
+		shift := uint32(14 - e)
+		q := m >> shift
+		rem := m & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || (rem == half && q&1 == 1) {
+			q++
+		}
+		return sign | uint16(q)
+	}
+	q := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && q&1 == 1) {
+		q++
+	}
+	return sign | uint16(q)
+}

@@ -46,11 +46,12 @@ const (
 	OpSin
 	OpCos
 	OpF32FromBits // U32 bits of an IEEE single to F32 (an f32 stored in a byte buffer)
+	OpF32ToF16    // F32 to the U16 bits of the nearest IEEE half (ties to even; NaN keeps sign and top payload bits)
 )
 
 var opNames = [...]string{"const", "var", "len", "load", "add", "sub", "mul", "div", "rem", "and", "or", "xor",
 	"shl", "shr", "min", "max", "pow", "eq", "ne", "lt", "le", "gt", "ge", "neg", "fma", "select", "cvt",
-	"f16tof32", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "f32frombits"}
+	"f16tof32", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "f32frombits", "f32tof16"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {
@@ -258,6 +259,20 @@ func (a *Node) F16ToF32() Expr {
 		return bad("f16tof32 of %s", a.Kind)
 	}
 	return mk(OpF16ToF32, F32, a)
+}
+
+// F32ToF16 rounds the receiver (F32) to the nearest IEEE half, ties to
+// even, and gives its U16 bits: overflow becomes ±inf, values below half
+// the smallest subnormal ±0, and a NaN keeps its sign and the top ten
+// payload bits with the quiet bit set (kernel.F32ToF16, ggml's conversion).
+func (a *Node) F32ToF16() Expr {
+	if err := firstErr(a); err != nil {
+		return &Node{Op: OpF32ToF16, Err: err}
+	}
+	if a.Kind != F32 {
+		return bad("f32tof16 of %s", a.Kind)
+	}
+	return mk(OpF32ToF16, U16, a)
 }
 
 // Select is c ? a : b. Both arms are evaluated, so both must be safe.

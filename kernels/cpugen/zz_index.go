@@ -4,6 +4,10 @@ package cpugen
 
 // Funcs maps each kernel's name to its function (for dispatch and tests).
 var Funcs = map[string]any{
+	"RopeNormalSeq":    RopeNormalSeq,
+	"RopeNeoxSeq":      RopeNeoxSeq,
+	"KVStoreSeq":       KVStoreSeq,
+	"AttentionSeq":     AttentionSeq,
 	"DequantQ4_0":      DequantQ4_0,
 	"DequantQ4_1":      DequantQ4_1,
 	"DequantQ5_0":      DequantQ5_0,

@@ -17,10 +17,11 @@ func Groups() map[string][]*k.Kernel {
 		dot = append(dot, d.Kernel)
 	}
 	return map[string][]*k.Kernel{
-		"dot":     dot,
-		"dequant": dq,
-		"matvec":  mv,
-		"norm":    {RMSNorm(true), RMSNorm(false), Softmax()},
-		"rope":    {Rope(dsl.RopeNormal), Rope(dsl.RopeNeox)},
+		"dot":       dot,
+		"dequant":   dq,
+		"matvec":    mv,
+		"norm":      {RMSNorm(true), RMSNorm(false), Softmax()},
+		"rope":      {Rope(dsl.RopeNormal), Rope(dsl.RopeNeox)},
+		"attention": {RopeSeq(dsl.RopeNormal), RopeSeq(dsl.RopeNeox), KVStoreSeq(), AttentionSeq()},
 	}
 }

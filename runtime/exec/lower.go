@@ -174,8 +174,6 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 	}, nil
 }
 
-func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
-
 // topK writes the indices of the len(out) largest values of x, largest first.
 func topK(x, out []float32) {
 	k := len(out)

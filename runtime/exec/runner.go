@@ -45,10 +45,8 @@ type Runner struct {
 	outID   int
 	outRow  int // first row the logits node computes (the last rows of a step)
 
-	kv     []layerKV
-	qbuf   []byte    // activation rows quantized for a matmul
-	qh     []float32 // attention queries rounded to f16
-	ropeCS []float32 // cos/sin table of the current rows
+	kv   []layerKV
+	qbuf []byte // activation rows quantized for a matmul
 }
 
 type layerKV struct {
@@ -276,21 +274,10 @@ func (r *Runner) plan() error {
 			dim := n.Attn.KVHeads * n.Attn.HeadDim
 			size := r.opt.Sequences * r.opt.Context * dim
 			r.kv[n.Layer] = layerKV{k: make([]uint16, size), v: make([]uint16, size), dim: dim}
-			r.qh = grow(r.qh, rows*n.Cols)
-		}
-		if n.Op == dsl.OpRoPE {
-			r.ropeCS = grow(r.ropeCS, rows*n.Rope.Dims)
 		}
 	}
 	r.qbuf = make([]byte, rows*maxQ)
 	return nil
-}
-
-func grow(b []float32, n int) []float32 {
-	if len(b) >= n {
-		return b
-	}
-	return make([]float32, n)
 }
 
 // MaxBatch is the most rows one step carries.

@@ -25,7 +25,7 @@ type fn struct {
 }
 
 // reserved are the names the generated code calls.
-var reserved = map[string]bool{"len": true, "min": true, "max": true, "math": true, "sel": true, "f16tof32": true}
+var reserved = map[string]bool{"len": true, "min": true, "max": true, "math": true, "sel": true, "f16tof32": true, "f32tof16": true}
 
 func (f *fn) fail(format string, args ...any) {
 	if f.err == nil {

@@ -73,6 +73,9 @@ func (f *fn) expr(e kernel.Expr) string {
 	case kernel.OpF16ToF32:
 		f.helpers["f16tof32"] = true
 		return "f16tof32(" + f.bare(e.Args[0]) + ")"
+	case kernel.OpF32ToF16:
+		f.helpers["f32tof16"] = true
+		return "f32tof16(" + f.bare(e.Args[0]) + ")"
 	case kernel.OpF32FromBits:
 		f.imports["math"] = true
 		return "math.Float32frombits(" + f.bare(e.Args[0]) + ")"

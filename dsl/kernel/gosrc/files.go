@@ -59,10 +59,10 @@ func Files(pkg string, groups map[string][]*kernel.Kernel) (map[string][]byte, e
 	out["zz_index.go"] = b
 	var rt strings.Builder
 	imports := map[string]bool{}
-	for _, h := range []string{"f16tof32", "sel"} {
+	for _, h := range []string{"f16tof32", "f32tof16", "sel"} {
 		if helpers[h] {
 			rt.WriteString(runtime[h])
-			if h == "f16tof32" {
+			if h == "f16tof32" || h == "f32tof16" {
 				imports["math"] = true
 			}
 		}
@@ -151,6 +151,45 @@ var f16tab = func() *[1 << 16]float32 {
 }()
 
 func f16tof32(h uint16) float32 { return f16tab[h] }
+`,
+	"f32tof16": `
+// f32tof16 rounds f to the nearest binary16, ties to even: kernel.F32ToF16.
+func f32tof16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00 | uint16(man>>13)
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 112
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		if e < -10 {
+			return sign
+		}
+		m := man | 0x800000
+		shift := uint32(14 - e)
+		q := m >> shift
+		rem := m & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || (rem == half && q&1 == 1) {
+			q++
+		}
+		return sign | uint16(q)
+	}
+	q := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && q&1 == 1) {
+		q++
+	}
+	return sign | uint16(q)
+}
 `,
 	"sel": `
 func sel[T any](c bool, a, b T) T {

@@ -87,3 +87,18 @@ func TestLanesUnroll(t *testing.T) {
 		t.Errorf("override ignored:\n%s", src)
 	}
 }
+
+// F32ToF16 renders as a call of the emitted f32tof16 helper.
+func TestF32ToF16Helper(t *testing.T) {
+	b := kernel.New("Half")
+	x, y := b.Buffer("x", kernel.F32), b.Buffer("y", kernel.U16)
+	b.For("i", 0, x.Len(), func(i kernel.Expr) { b.Store(y, i, x.At(i).F32ToF16()) })
+	files, err := Files("p", map[string][]*kernel.Kernel{"half": {b.MustBuild()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typecheck(t, files)
+	if !strings.Contains(string(files["zz_half.go"]), "f32tof16(") || !strings.Contains(string(files["zz_rt.go"]), "func f32tof16(") {
+		t.Errorf("f32tof16 not rendered:\n%s\n%s", files["zz_half.go"], files["zz_rt.go"])
+	}
+}

@@ -146,6 +146,8 @@ func (f *fn) expr(e kernel.Expr) string {
 		return f.cvt(e.Args[0].Kind, e.Kind, f.expr(e.Args[0]))
 	case kernel.OpF16ToF32:
 		return f.f16(f.expr(e.Args[0]))
+	case kernel.OpF32ToF16:
+		return f.tof16(f.expr(e.Args[0]))
 	case kernel.OpF32FromBits:
 		r := f.reg(cF32)
 		f.ins("mov.b32 %s, %s", r, f.expr(e.Args[0]))
@@ -449,6 +451,29 @@ func (f *fn) f16(a string) string {
 	f.ins("or.b32 %s, %s, 2139095040", s, s)
 	f.ins("mov.b32 %s, %s", fb, s)
 	f.ins("selp.f32 %s, %s, %s, %s", r, fb, cv, p)
+	return r
+}
+
+// tof16 rounds the f32 in a to the bits of the nearest half: cvt.rn.f16.f32
+// rounds to nearest even (no .ftz, so subnormals on both sides are kept);
+// a NaN is rebuilt from its bits (sign, 0x7e00, the top ten payload bits)
+// as the interpreter's conversion gives it.
+func (f *fn) tof16(a string) string {
+	h, cv := f.reg(c16), f.reg(c32)
+	f.ins("cvt.rn.f16.f32 %s, %s", h, a)
+	f.ins("cvt.u32.u16 %s, %s", cv, h)
+	bits, t, s, m := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
+	p, r := f.reg(cPred), f.reg(c32)
+	f.ins("mov.b32 %s, %s", bits, a)
+	f.ins("and.b32 %s, %s, 2147483647", t, bits)
+	f.ins("setp.gt.u32 %s, %s, 2139095040", p, t)
+	f.ins("shr.u32 %s, %s, 16", s, bits)
+	f.ins("and.b32 %s, %s, 32768", s, s)
+	f.ins("and.b32 %s, %s, 8388607", m, bits)
+	f.ins("shr.u32 %s, %s, 13", m, m)
+	f.ins("or.b32 %s, %s, %s", s, s, m)
+	f.ins("or.b32 %s, %s, 32256", s, s)
+	f.ins("selp.b32 %s, %s, %s, %s", r, s, cv, p)
 	return r
 }
 

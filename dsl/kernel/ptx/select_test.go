@@ -142,3 +142,22 @@ func TestErrors(t *testing.T) {
 		t.Errorf("sm_61: %v", err)
 	}
 }
+
+// F32ToF16 is cvt.rn.f16.f32 (never .ftz) with the NaN rebuilt from its bits.
+func TestF32ToF16Selection(t *testing.T) {
+	b := kernel.New("Half")
+	x, y := b.Buffer("x", kernel.F32), b.Buffer("y", kernel.U16)
+	b.ParallelFor("i", 0, x.Len(), func(i kernel.Expr) { b.Store(y, i, x.At(i).F32ToF16()) })
+	src, err := Render(b.MustBuild(), Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cvt.rn.f16.f32", "cvt.u32.u16", "st.global.u16"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("missing %s in\n%s", want, src)
+		}
+	}
+	if strings.Contains(src, ".ftz") {
+		t.Error(".ftz used")
+	}
+}

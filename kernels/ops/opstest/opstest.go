@@ -128,6 +128,33 @@ func Args(name string, seed uint64) []any {
 		return []any{Floats(n, 2, r), make([]float32, n), float32(1e-6)}
 	case "Softmax":
 		return []any{Floats(n, 10, r), make([]float32, n)}
+	case "RopeNormalSeq", "RopeNeoxSeq":
+		// three rows of two heads, 48 of 64 values rotated
+		freqs := make([]float32, 24)
+		for i := range freqs {
+			freqs[i] = 1 + r.Float32()
+		}
+		return []any{Floats(6*64, 2, r), make([]float32, 6*64), []int32{int32(r.IntN(500)), 3, 0}, freqs,
+			64, 2, 48, float32(0.7), float32(0.25)}
+	case "KVStoreSeq", "AttentionSeq":
+		// rows of 4 query heads over 2 KV heads of hd values, in 2 sequences of ctx rows
+		hd, heads, kvh, ctx, rows := 16+16*r.IntN(6), 4, 2, 9, 3
+		dim := kvh * hd
+		rowPos, rowSeq := make([]int32, rows), make([]int32, rows)
+		for i := range rowPos {
+			rowPos[i], rowSeq[i] = int32(r.IntN(ctx)), int32(r.IntN(2))
+		}
+		kc, vc := make([]uint16, 2*ctx*dim), make([]uint16, 2*ctx*dim)
+		for i := range kc {
+			kc[i], vc[i] = quant.F32ToF16(2*r.Float32()-1), quant.F32ToF16(2*r.Float32()-1)
+		}
+		if name == "KVStoreSeq" {
+			return []any{Floats(rows*dim, 2, r), Floats(rows*dim, 2, r), kc, vc, rowPos, rowSeq, dim, ctx}
+		}
+		t0 := 1 + r.IntN(3)
+		n := rows*heads - t0
+		return []any{Floats(n*hd, 2, r), kc, vc, make([]float32, n*hd), rowPos, rowSeq,
+			hd, heads, heads / kvh, dim, ctx, t0, float32(0.25)}
 	case "RopeNormal", "RopeNeox":
 		return []any{Floats(3*64, 2, r), make([]float32, 3*64), 1 + r.IntN(500), 64, 48, float32(10000), float32(1)}
 	}

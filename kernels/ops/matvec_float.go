@@ -1,0 +1,98 @@
+package ops
+
+import k "github.com/jitllm/jitllm/dsl/kernel"
+
+// Mat-vecs of the float weight types and the activation rounding that lets
+// the quantized mat-vecs (MatVec over a BlockDecode, f32 activations) see
+// the activations the CPU matmul sees: that one quantizes each input row to
+// the weight type's dot partner (Q8_0, Q8_1 or Q8_K, with x86 rounding) and
+// dots integers, so a GPU mat-vec over the dequantized partner values
+// differs from it only by the order of f32 rounding.
+
+// MatVecF32 is MatVecF32(w []byte, x, y []float32): y[r] = Σ_i W[r][i]·x[i]
+// for the len(y) f32 rows of W, each len(x) wide: products in f32 summed in
+// f64 (ggml's scalar ggml_vec_dot_f32 order), rounded to f32 once.
+func MatVecF32() *k.Kernel {
+	return floatMatVec("F32", 4, func(w *k.Buf, o k.Expr) k.Expr { return w.F32(o) }, func(x k.Expr) k.Expr { return x })
+}
+
+// MatVecF16 is MatVecF16(w []byte, x, y []float32) for f16 rows: x is first
+// rounded to f16, as the CPU matmul converts it to F16 (ggml's vec_dot_type
+// of F16), then as MatVecF32.
+func MatVecF16() *k.Kernel {
+	return floatMatVec("F16", 2, func(w *k.Buf, o k.Expr) k.Expr { return w.F16(o) },
+		func(x k.Expr) k.Expr { return x.F32ToF16().F16ToF32() })
+}
+
+func floatMatVec(name string, size int, load func(w *k.Buf, off k.Expr) k.Expr, round func(x k.Expr) k.Expr) *k.Kernel {
+	b := k.New("MatVec" + name)
+	b.Doc("sets y[r] to row r of the " + name + " matrix w dotted with x.")
+	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	n := b.Let("n", x.Len())
+	b.ParallelFor("r", 0, y.Len(), func(r k.Expr) {
+		base := b.Let("base", r.Mul(n))
+		sum := b.Acc("sum", k.OpAdd, k.D(0))
+		b.For("i", 0, n, func(i k.Expr) {
+			b.Fold(sum, load(w, base.Add(i).Mul(size)).Mul(round(x.At(i))).Cvt(k.F64))
+		})
+		b.Store(y, r, sum.Get().Cvt(k.F32))
+	})
+	return b.MustBuild()
+}
+
+// rne rounds an f32 of magnitude below 2^22 to the nearest integer, ties to
+// even, as ggml's nearest_int and the x86 _MM_ROUND_NEAREST do: adding
+// 1.5·2^23 leaves no fraction bits, and the rounding of that add is the
+// rounding wanted.
+func rne(v k.Expr) k.Expr { return v.Add(12582912).Sub(12582912) }
+
+// absF is |v| (v and -v are both exact).
+func absF(v k.Expr) k.Expr { return v.Max(v.Neg()) }
+
+// QuantRoundQ8_0 is QuantRoundQ8_0(x, y []float32): each block of 32 values
+// of x quantized as the CPU matmul quantizes an activation row to Q8_0 or
+// Q8_1 (x86 rounding: d = amax/127, q = round_even(v·127/amax)) and
+// decoded, q·f16(d), into y.
+func QuantRoundQ8_0() *k.Kernel {
+	b := k.New("QuantRoundQ8_0")
+	b.Doc("sets y to x quantized to Q8_0 blocks (x86 rounding) and decoded.")
+	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	b.ParallelFor("blk", 0, y.Len().Div(32), func(i k.Expr) {
+		xb := b.View("xb", x, i.Mul(32), 32)
+		yb := b.View("yb", y, i.Mul(32), 32)
+		amax := b.Acc("amax", k.OpMax, k.F(0))
+		b.For("j", 0, 32, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
+		a := b.Let("a", amax.Get())
+		d := b.Let("d", a.Div(127).F32ToF16().F16ToF32())
+		id := b.Let("id", k.Select(a.Ne(k.F(0)), k.F(127).Div(a), k.F(0)))
+		b.For("j", 0, 32, func(j k.Expr) { b.Store(yb, j, rne(xb.At(j).Mul(id)).Mul(d)) })
+	})
+	return b.MustBuild()
+}
+
+// QuantRoundQ8_K is QuantRoundQ8_K(x, y []float32): each block of 256
+// values quantized as ggml's quantize_row_q8_K (iscale = -127/max with max
+// the value of largest magnitude, first such; q = min(127,
+// nearest_int(iscale·v)); d = 1/iscale) and decoded, q·d, into y.
+func QuantRoundQ8_K() *k.Kernel {
+	b := k.New("QuantRoundQ8_K")
+	b.Doc("sets y to x quantized to Q8_K blocks and decoded.")
+	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	b.ParallelFor("blk", 0, y.Len().Div(256), func(i k.Expr) {
+		xb := b.View("xb", x, i.Mul(256), 256)
+		yb := b.View("yb", y, i.Mul(256), 256)
+		amax := b.Acc("amax", k.OpMax, k.F(0))
+		b.For("j", 0, 256, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
+		a := b.Let("a", amax.Get())
+		first := b.Acc("first", k.OpMin, k.I(255))
+		b.For("j", 0, 256, func(j k.Expr) { b.Fold(first, k.Select(absF(xb.At(j)).Eq(a), j, k.I(255))) })
+		mx := b.Let("mx", xb.At(first.Get()))
+		is := b.Let("iscale", k.F(-127).Div(mx))
+		d := b.Let("d", k.F(1).Div(is))
+		b.For("j", 0, 256, func(j k.Expr) {
+			q := rne(is.Mul(xb.At(j))).Min(k.F(127))
+			b.Store(yb, j, k.Select(a.Eq(k.F(0)), k.F(0), q.Mul(d)))
+		})
+	})
+	return b.MustBuild()
+}

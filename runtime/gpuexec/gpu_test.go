@@ -1,0 +1,178 @@
+package gpuexec
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jitllm/jitllm/runtime/cuda"
+	"github.com/jitllm/jitllm/runtime/exec"
+)
+
+// The tests below need a CUDA GPU; they skip, saying why, without one.
+
+func needGPU(t testing.TB) {
+	t.Helper()
+	if err := cuda.Load(); err != nil {
+		t.Skipf("no GPU here: %v", err)
+	}
+	if _, err := cuda.Devices(); err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
+}
+
+func gpuRunner(t testing.TB, m *exec.Model, opt exec.Options) *Runner {
+	t.Helper()
+	r, err := NewRunner(m, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Greedy generation of 32 tokens on the GPU equals the CPU runner's, token
+// for token, with logits within tolerance(model) at every step.
+func TestGPUMatchesCPU(t *testing.T) {
+	needGPU(t)
+	for _, name := range models {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name)
+			cpu, err := exec.NewRunner(m, exec.Options{Context: 128})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			g := gpuRunner(t, m, exec.Options{Context: 128})
+			agree(t, cpu, g, 32, tolerance(name))
+			if on, err := g.Graphs(); !on {
+				t.Errorf("steps did not replay a CUDA graph: %v", err)
+			}
+		})
+	}
+}
+
+// The GPU runs the interpreter's arithmetic: the plan interpreted on the
+// host and run on the device give the same logits up to the last bits of
+// the transcendental functions (docs/ptx.md: exp, sin, cos within an ulp):
+// 1e-4 on the F32 model, tolerance(model) where activation quantization can
+// amplify such a bit.
+func TestGPUMatchesInterpretedPlan(t *testing.T) {
+	needGPU(t)
+	for _, name := range []string{"stories260K.gguf", "synthetic/tiny256-Q4_K_M.gguf"} {
+		m := loadModel(t, name)
+		p, err := newPlan(m, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHostExec(p)
+		g := gpuRunner(t, m, exec.Options{Context: 64})
+		a, err := h.Forward(prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := g.Forward(prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tol := tolerance(name)
+		if name == "stories260K.gguf" {
+			tol = 1e-4
+		}
+		d := maxDiff(a, b)
+		t.Logf("%s: GPU and interpreter differ by %.3g", name, d)
+		if d > tol {
+			t.Errorf("%s: GPU and interpreter differ by %.3g (> %g)", name, d, tol)
+		}
+	}
+}
+
+// Graph replay, plain launches, Truncate and LogitsAll agree: a rewound
+// sequence recomputes the same logits, and every row of LogitsAll ends in
+// the last row's logits.
+func TestGPUGraphsTruncateLogitsAll(t *testing.T) {
+	needGPU(t)
+	m := loadModel(t, "stories260K.gguf")
+	g := gpuRunner(t, m, exec.Options{Context: 64})
+	a, err := g.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), a...)
+	g.Truncate(0)
+	g.SetGraphs(false)
+	b, err := g.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(want, b); d != 0 {
+		t.Fatalf("plain launches after Truncate differ from graph replay by %g", d)
+	}
+	if g.Pos() != len(prompt) || g.Context() != 64 {
+		t.Fatalf("Pos %d Context %d", g.Pos(), g.Context())
+	}
+	all := gpuRunner(t, m, exec.Options{Context: 64, LogitsAll: true})
+	rows, err := all.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := m.VocabSize()
+	if len(rows) != len(prompt)*v {
+		t.Fatalf("LogitsAll gave %d values, want %d", len(rows), len(prompt)*v)
+	}
+	if d := maxDiff(want, rows[(len(prompt)-1)*v:]); d != 0 {
+		t.Fatalf("LogitsAll's last row differs by %g", d)
+	}
+	if _, err := g.Forward(make([]int32, 64)); err == nil {
+		t.Fatal("a step past the context was accepted")
+	}
+}
+
+// A decode step replaying the graph allocates a bounded, layer-independent
+// amount on the Go heap: only the driver bindings' own (purego's call
+// wrappers), five driver calls a step, so fewer than plain launches, which
+// make one call per kernel.
+func TestGPUDecodeAllocs(t *testing.T) {
+	needGPU(t)
+	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	per := map[bool]float64{}
+	for _, graphs := range []bool{true, false} {
+		g := gpuRunner(t, m, exec.Options{Context: 1024})
+		g.SetGraphs(graphs)
+		if _, err := g.Forward(prompt); err != nil {
+			t.Fatal(err)
+		}
+		tok := []int32{5}
+		per[graphs] = testing.AllocsPerRun(50, func() {
+			if _, err := g.Forward(tok); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Logf("graphs=%v: %.1f Go heap allocations per decode step (%d kernels a step)", graphs, per[graphs], len(g.calls))
+	}
+	if per[true] > 100 || per[true] >= per[false] {
+		t.Fatalf("graph replay allocates %.1f a step (plain launches %.1f)", per[true], per[false])
+	}
+}
+
+// Decode speed on synthetic/tiny256-Q4_K_M.gguf (logged, not asserted).
+func TestGPUDecodeSpeed(t *testing.T) {
+	needGPU(t)
+	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	for _, graphs := range []bool{true, false} {
+		g := gpuRunner(t, m, exec.Options{Context: 1024})
+		g.SetGraphs(graphs)
+		logits, err := g.Forward(prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 256
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			if logits, err = g.Forward([]int32{argmax(logits)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		el := time.Since(start)
+		t.Logf("graphs=%v: %d decode steps in %v: %.0f tok/s (%d kernels a step)", graphs, n, el, n/el.Seconds(), len(g.calls))
+	}
+}
