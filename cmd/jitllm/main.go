@@ -1,6 +1,6 @@
 // Command jitllm is the command-line front end: convert, inspect, run, chat,
-// capabilities and doctor (speed and batch arrive with later work). It holds
-// no logic the server also needs; each subcommand lives in its own file.
+// synth, speed, capabilities and doctor (batch arrives with later work). It
+// holds no logic the server also needs; each subcommand lives in its own file.
 package main
 
 import (

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/jitllm/jitllm/runtime/bench"
+	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/weights"
+)
+
+func init() {
+	root.AddCommand(&cobra.Command{
+		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-json]",
+		Short: "measure prefill and decode speed, as llama-bench does",
+		Long: `speed times MODEL (.gguf or .jlm): prefill (pp: one forward of -p tokens) and
+decode (tg: -n single-token forwards), each the best of -r runs after a warm-up,
+with random token ids. It prints a llama-bench style table, or with -json one
+object per test with the same fields.
+
+  -p N         prompt tokens of the prefill test (0 skips it)
+  -n N         tokens of the decode test (0 skips it)
+  -d N         start the decode test after an untimed prefill of N tokens
+               (default 0: from an empty cache, as llama-bench's tg)
+  -r N         runs of each test; the best counts
+  -b N         most tokens in one forward (default min(-p, 512))
+  -devices D   the backend: only cpu is in this build
+  -threads N   worker threads (0 = one per CPU)
+  -json        JSON instead of the table`,
+		DisableFlagsInUseLine: true,
+		DisableFlagParsing:    true,
+		RunE: func(c *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(commandContext(c), os.Interrupt)
+			defer stop()
+			err := runSpeed(ctx, c.OutOrStdout(), c.ErrOrStderr(), args)
+			if errors.Is(err, flag.ErrHelp) {
+				return c.Help()
+			}
+			return err
+		},
+	})
+}
+
+func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
+	fs := flag.NewFlagSet("speed", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg bench.Config
+	fs.IntVar(&cfg.Prompt, "p", 512, "prompt tokens")
+	fs.IntVar(&cfg.Gen, "n", 128, "generated tokens")
+	fs.IntVar(&cfg.Depth, "d", 0, "decode depth")
+	fs.IntVar(&cfg.Reps, "r", 2, "runs")
+	fs.IntVar(&cfg.MaxBatch, "b", 0, "batch")
+	fs.IntVar(&cfg.Threads, "threads", 0, "threads")
+	fs.IntVar(&cfg.Threads, "t", 0, "threads")
+	devices := fs.String("devices", "cpu", "backend")
+	asJSON := fs.Bool("json", false, "JSON output")
+	verbose := fs.Bool("v", false, "print each run")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("speed takes one MODEL, got %d arguments (see jitllm speed -h)", len(pos))
+	}
+	for _, d := range strings.Split(*devices, ",") {
+		if d = strings.TrimSpace(strings.ToLower(d)); d != "cpu" {
+			return fmt.Errorf("-devices %s: the %s backend is not in this build (this build runs on: cpu)", *devices, d)
+		}
+	}
+	if cfg.Prompt < 0 || cfg.Gen < 0 || cfg.Depth < 0 || cfg.Reps < 1 || cfg.Threads < 0 || cfg.MaxBatch < 0 {
+		return fmt.Errorf("-p, -n, -d, -b and -threads must be ≥ 0 and -r ≥ 1")
+	}
+	if *verbose {
+		cfg.Progress = func(test string, run int, tps float64) {
+			fmt.Fprintf(log, "%s run %d: %.2f t/s\n", test, run+1, tps)
+		}
+	}
+	src, err := weights.Open(pos[0])
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	m, err := exec.Load(src)
+	if err != nil {
+		return err
+	}
+	rep, err := bench.Run(ctx, m, pos[0], cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(rep.Rows())
+	}
+	return rep.Table(w)
+}
