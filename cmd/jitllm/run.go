@@ -25,6 +25,7 @@ type genFlags struct {
 	noSpecial bool
 	special   bool
 	verbose   bool
+	devices   string
 }
 
 func (f *genFlags) register(c *cobra.Command) {
@@ -45,6 +46,7 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.BoolVar(&f.noSpecial, "no-bos", false, "do not add the vocabulary's BOS/EOS tokens to the prompt")
 	fl.BoolVar(&f.special, "special", false, "parse special-token text (e.g. <s>) in the prompt")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print timings to stderr")
+	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda (cuda:0) or auto")
 }
 
 func (f *genFlags) request(prompt string) generate.Request {
@@ -59,7 +61,7 @@ func (f *genFlags) open(path string) (*generate.Model, *generate.Session, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := m.NewSession(exec.Options{Threads: f.threads, Context: f.ctx})
+	s, err := m.NewSessionOn(f.devices, exec.Options{Threads: f.threads, Context: f.ctx})
 	if err != nil {
 		m.Close()
 		return nil, nil, err

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	rtdevices "github.com/jitllm/jitllm/runtime/devices"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -33,7 +33,7 @@ object per test with the same fields.
                (default 0: from an empty cache, as llama-bench's tg)
   -r N         runs of each test; the best counts
   -b N         most tokens in one forward (default min(-p, 512))
-  -devices D   the backend: only cpu is in this build
+  -devices D   cpu, cuda (cuda:0) or auto
   -threads N   worker threads (0 = one per CPU)
   -json        JSON instead of the table`,
 		DisableFlagsInUseLine: true,
@@ -71,11 +71,10 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("speed takes one MODEL, got %d arguments (see jitllm speed -h)", len(pos))
 	}
-	for _, d := range strings.Split(*devices, ",") {
-		if d = strings.TrimSpace(strings.ToLower(d)); d != "cpu" {
-			return fmt.Errorf("-devices %s: the %s backend is not in this build (this build runs on: cpu)", *devices, d)
-		}
+	if _, err := rtdevices.Resolve(*devices); err != nil {
+		return err
 	}
+	cfg.Devices = *devices
 	if cfg.Prompt < 0 || cfg.Gen < 0 || cfg.Depth < 0 || cfg.Reps < 1 || cfg.Threads < 0 || cfg.MaxBatch < 0 {
 		return fmt.Errorf("-p, -n, -d, -b and -threads must be ≥ 0 and -r ≥ 1")
 	}

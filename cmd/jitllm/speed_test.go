@@ -66,8 +66,8 @@ func TestSpeedRejects(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{stories, "-devices", "cuda"}, "cuda backend is not in this build"},
-		{[]string{stories, "-devices", "cpu,vulkan"}, "vulkan backend is not in this build"},
+		{[]string{stories, "-devices", "vulkan"}, "unknown device"},
+		{[]string{stories, "-devices", "cpu,cuda"}, "one device"},
 		{[]string{stories, "-r", "0"}, "-r ≥ 1"},
 		{[]string{stories, "-p", "0", "-n", "0"}, "nothing to run"},
 		{[]string{}, "one MODEL"},

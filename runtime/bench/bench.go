@@ -19,6 +19,7 @@ import (
 
 	"github.com/klauspost/cpuid/v2"
 
+	"github.com/jitllm/jitllm/runtime/devices"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
@@ -32,6 +33,7 @@ type Config struct {
 	Threads  int    // worker threads (0 = one per CPU)
 	MaxBatch int    // most rows in one forward (0 = min(Prompt, 512), as llama-bench's n_ubatch)
 	Seed     uint64 // token ids are random in the vocabulary
+	Devices  string // -devices value (runtime/devices); "" = cpu
 	// Progress, when set, is told each run's figure as it is measured.
 	Progress func(test string, run int, tps float64)
 }
@@ -108,14 +110,15 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 		batch = min(max(cfg.Prompt, cfg.Depth, 8), 512)
 	}
 	ctxLen := max(cfg.Prompt, cfg.Depth+cfg.Gen, 9)
-	rep := &Report{File: path, Backend: "CPU", Threads: threads, Cores: runtime.NumCPU(), CPU: cpuName()}
+	rep := &Report{File: path, Threads: threads, Cores: runtime.NumCPU(), CPU: cpuName()}
 	rep.Model, rep.Size, rep.Params = Describe(m.Src)
 	rep.LoadAvg[0] = loadAvg()
 
-	r, err := exec.NewRunner(m, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen})
+	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen})
 	if err != nil {
 		return nil, err
 	}
+	rep.Backend = backend
 	defer r.Close()
 	rep.MaxBatch = min(batch, ctxLen)
 	vocab := m.Weights[embedWeight(m)].Dims[1]

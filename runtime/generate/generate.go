@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jitllm/jitllm/runtime/devices"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/sample"
 	"github.com/jitllm/jitllm/runtime/tokenizer"
@@ -105,6 +106,16 @@ type stepper interface {
 // NewSession plans the model for one sequence.
 func (m *Model) NewSession(opt exec.Options) (*Session, error) {
 	r, err := exec.NewRunner(m.Exec, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, r: r}, nil
+}
+
+// NewSessionOn plans the model for one sequence on the device a -devices
+// value names (cpu, cuda, cuda:0, auto).
+func (m *Model) NewSessionOn(device string, opt exec.Options) (*Session, error) {
+	r, _, err := devices.NewRunner(m.Exec, device, opt)
 	if err != nil {
 		return nil, err
 	}
