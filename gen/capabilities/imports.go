@@ -6,6 +6,7 @@ package main
 // capabilities.RegisterBackend or capabilities.RegisterEndpoint but is not
 // imported, so a new backend or route cannot be left out of the table.
 import (
-	_ "github.com/jitllm/jitllm/graphs" // every model family
-	_ "github.com/jitllm/jitllm/server" // the HTTP API's endpoints
+	_ "github.com/jitllm/jitllm/graphs"          // every model family
+	_ "github.com/jitllm/jitllm/runtime/gpuexec" // the CUDA backend
+	_ "github.com/jitllm/jitllm/server"          // the HTTP API's endpoints
 )

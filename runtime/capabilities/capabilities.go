@@ -61,7 +61,7 @@ type QuantType struct {
 // Variant is one ISA code path compiled into a backend.
 type Variant struct {
 	GOARCH string `json:"goarch"`
-	// Kind is "go" (portable Go) or "asm" (assembly).
+	// Kind is "go" (portable Go), "asm" (assembly) or "ptx" (GPU code rendered at run time).
 	Kind string `json:"kind"`
 	// Features are the CPU features the variant needs at run time (none for "go").
 	Features []string `json:"features,omitempty"`

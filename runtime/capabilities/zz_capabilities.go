@@ -110,6 +110,57 @@ var generated = Table{
 			GOARCH: "arm64",
 			Kind:   "go",
 		}},
+	}, Backend{
+		Device:  "cuda",
+		Name:    "cuda",
+		Ops:     []string{"add", "attention", "embed", "matmul", "mul", "rms_norm", "rope", "silu", "tokens"},
+		Package: "github.com/jitllm/jitllm/runtime/gpuexec",
+		Quant: []QuantType{QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "F32",
+		}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "F16",
+		}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q4_0",
+		}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q4_1",
+		}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q5_0",
+		}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q5_1",
+		}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q8_0",
+		}, QuantType{Type: "Q8_1"}, QuantType{Type: "Q2_K"}, QuantType{Type: "Q3_K"}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q4_K",
+		}, QuantType{Type: "Q5_K"}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "Q6_K",
+		}, QuantType{Type: "Q8_K"}, QuantType{Type: "IQ2_XXS"}, QuantType{Type: "IQ2_XS"}, QuantType{Type: "IQ3_XXS"}, QuantType{Type: "IQ1_S"}, QuantType{Type: "IQ4_NL"}, QuantType{Type: "IQ3_S"}, QuantType{Type: "IQ2_S"}, QuantType{Type: "IQ4_XS"}, QuantType{Type: "I8"}, QuantType{Type: "I16"}, QuantType{Type: "I32"}, QuantType{Type: "I64"}, QuantType{Type: "F64"}, QuantType{Type: "IQ1_M"}, QuantType{Type: "BF16"}, QuantType{Type: "TQ1_0"}, QuantType{Type: "TQ2_0"}, QuantType{Type: "MXFP4"}},
+		Variants: []Variant{Variant{
+			Features: []string{"sm_70+"},
+			GOARCH:   "amd64",
+			Kind:     "ptx",
+		}, Variant{
+			Features: []string{"sm_70+"},
+			GOARCH:   "arm64",
+			Kind:     "ptx",
+		}},
 	}},
 	Endpoints: []Endpoint{Endpoint{
 		Method: "GET",
@@ -139,7 +190,7 @@ var generated = Table{
 	EndpointsNote: "Every endpoint a server package registers with capabilities.RegisterEndpoint.",
 	Families: []Family{Family{
 		Architectures: []string{"llama"},
-		Backends:      []string{"cpu"},
+		Backends:      []string{"cpu", "cuda"},
 		Hyper:         []string{"{arch}.embedding_length", "{arch}.block_count", "{arch}.attention.head_count", "{arch}.attention.head_count_kv", "{arch}.feed_forward_length", "{arch}.attention.key_length", "{arch}.attention.layer_norm_rms_epsilon", "{arch}.vocab_size", "{arch}.rope.dimension_count", "{arch}.rope.freq_base", "{arch}.rope.scaling.factor"},
 		Models:        "Llama 2, Llama 3/3.1/3.2, TinyLlama, Mistral (dense), TinyStories",
 		Name:          "llama",
