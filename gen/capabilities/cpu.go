@@ -25,14 +25,7 @@ func cpuDescriptor() capabilities.Descriptor {
 // planCPU binds g's weights to zero F32 bytes and plans it with exec: every
 // node must lower to a CPU kernel.
 func planCPU(g *dsl.G) error {
-	m := &exec.Model{Graph: g, Weights: make([]exec.Bound, len(g.Weights))}
-	for i, w := range g.Weights {
-		n := int64(1)
-		for _, d := range w.Dims {
-			n *= d
-		}
-		m.Weights[i] = exec.Bound{Weight: w, Type: quant.F32, Data: make([]byte, 4*n)}
-	}
+	m := exec.ZeroModel(g)
 	r, err := exec.NewRunner(m, exec.Options{Threads: 1, MaxBatch: 2, Context: 8})
 	if err != nil {
 		return err

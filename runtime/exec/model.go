@@ -104,3 +104,18 @@ func (m *Model) ContextLength() int {
 	n, _ := m.Src.Meta().Uint(m.Graph.Arch + ".context_length")
 	return int(n)
 }
+
+// ZeroModel binds a traced graph (dsl.Trace) to zero F32 weights of the
+// declared shapes, so a backend can plan it as it would plan a real model
+// (the capabilities generator asks each backend whether it can).
+func ZeroModel(g *dsl.G) *Model {
+	m := &Model{Graph: g, Weights: make([]Bound, len(g.Weights))}
+	for i, w := range g.Weights {
+		n := int64(1)
+		for _, d := range w.Dims {
+			n *= d
+		}
+		m.Weights[i] = Bound{Weight: w, Type: quant.F32, Data: make([]byte, 4*n)}
+	}
+	return m
+}

@@ -37,14 +37,6 @@ func covers(t quant.Type) bool {
 
 // planTraced plans a traced graph with zero F32 weights, as NewRunner would.
 func planTraced(g *dsl.G) error {
-	m := &exec.Model{Graph: g, Weights: make([]exec.Bound, len(g.Weights))}
-	for i, w := range g.Weights {
-		n := int64(1)
-		for _, d := range w.Dims {
-			n *= d
-		}
-		m.Weights[i] = exec.Bound{Weight: w, Type: quant.F32, Data: make([]byte, 4*n)}
-	}
-	_, err := newPlan(m, 8)
+	_, err := newPlan(exec.ZeroModel(g), 8)
 	return err
 }
