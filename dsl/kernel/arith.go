@@ -3,6 +3,8 @@ package kernel
 import (
 	"errors"
 	"math"
+
+	"github.com/jitllm/jitllm/kernels/quant"
 )
 
 // The scalar semantics shared by constant folding and the interpreter, so a
@@ -178,26 +180,9 @@ func f64Op(op Op, a, b, c float64) float64 {
 	panic("kernel: bad f64 op " + op.String())
 }
 
-// F16ToF32 converts IEEE half bits to float32 exactly (NaN payloads kept).
-func F16ToF32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch {
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp != 0:
-		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-	case man == 0:
-		return math.Float32frombits(sign)
-	}
-	e := uint32(113) // subnormal half: normalise into a float32 normal
-	for man&0x400 == 0 {
-		man <<= 1
-		e--
-	}
-	return math.Float32frombits(sign | e<<23 | (man&0x3ff)<<13)
-}
+// F16ToF32 converts IEEE half bits to float32 exactly (NaN payloads kept);
+// the IR's conversions are kernels/quant's, the one implementation of ggml's.
+func F16ToF32(h uint16) float32 { return quant.F16ToF32(h) }
 
 // fold evaluates integer ops on constants, and reassociates index sums
 // (i+c1)+c2 into i+(c1+c2) and drops i+0, so unrolled offsets read plainly.
@@ -244,40 +229,5 @@ func fold(n *Node) (Expr, bool) {
 // F32ToF16 rounds f to the nearest IEEE half, ties to even, and returns its
 // bits: overflow gives ±inf, magnitudes below half the smallest subnormal
 // give ±0, and a NaN keeps its sign and top payload bits with the quiet bit
-// set. It is kernels/quant.F32ToF16 (ggml's conversion) bit for bit.
-func F32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00 | uint16(man>>13)
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 112 // rebias 127 -> 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		if e < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint32(14 - e)
-		q := m >> shift
-		rem := m & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || (rem == half && q&1 == 1) {
-			q++
-		}
-		return sign | uint16(q)
-	}
-	q := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && q&1 == 1) {
-		q++
-	}
-	return sign | uint16(q)
-}
+// set (kernels/quant.F32ToF16, ggml's conversion).
+func F32ToF16(f float32) uint16 { return quant.F32ToF16(f) }

@@ -2,73 +2,22 @@
 
 package cpugen
 
-import "math"
+import "github.com/jitllm/jitllm/kernels/quant"
 
-// f16tab maps every binary16 pattern to its float32 value.
+// f16tab maps every binary16 pattern to its float32 value (the conversion
+// is kernels/quant's, the one the interpreter also uses).
 var f16tab = func() *[1 << 16]float32 {
 	var t [1 << 16]float32
 	for h := range t {
-		sign := uint32(h&0x8000) << 16
-		exp := uint32(h>>10) & 0x1f
-		man := uint32(h & 0x3ff)
-		switch {
-		case exp == 0x1f:
-			t[h] = math.Float32frombits(sign | 0x7f800000 | man<<13)
-		case exp != 0:
-			t[h] = math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-		case man == 0:
-			t[h] = math.Float32frombits(sign)
-		default: // subnormal half: normalise into a float32 normal
-			e := uint32(113)
-			for man&0x400 == 0 {
-				man <<= 1
-				e--
-			}
-			t[h] = math.Float32frombits(sign | e<<23 | (man&0x3ff)<<13)
-		}
+		t[h] = quant.F16ToF32(uint16(h))
 	}
 	return &t
 }()
 
 func f16tof32(h uint16) float32 { return f16tab[h] }
 
-// f32tof16 rounds f to the nearest binary16, ties to even: kernel.F32ToF16.
-func f32tof16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00 | uint16(man>>13)
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 112
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		if e < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint32(14 - e)
-		q := m >> shift
-		rem := m & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || (rem == half && q&1 == 1) {
-			q++
-		}
-		return sign | uint16(q)
-	}
-	q := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && q&1 == 1) {
-		q++
-	}
-	return sign | uint16(q)
-}
+// f32tof16 rounds f to the nearest binary16, ties to even.
+func f32tof16(f float32) uint16 { return quant.F32ToF16(f) }
 
 func sel[T any](c bool, a, b T) T {
 	if c {
