@@ -10,6 +10,8 @@ import (
 	_ "github.com/jitllm/jitllm/graphs" // every family registers itself
 	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/capabilities"
+	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/gpuexec"
 	"github.com/jitllm/jitllm/runtime/meta"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
@@ -157,7 +159,14 @@ func CheckModel(path string, devs []Device, opt Options) ModelReport {
 			if !ok {
 				continue
 			}
-			f := fitOn(d, b, r.QuantTypes, est)
+			e := est
+			if d.Kind == "cuda" {
+				// The GPU holds what gpuexec's own plan allocates.
+				if ge, err := gpuEstimate(src, est.Context); err == nil {
+					e.Total, e.Overhead = ge, 0
+				}
+			}
+			f := fitOn(d, b, r.QuantTypes, e)
 			r.Fits = append(r.Fits, f)
 			r.CanRun = r.CanRun || f.CanRun
 		}
@@ -201,4 +210,14 @@ func fitOn(d Device, b capabilities.Backend, qs []QuantUse, est Estimate) Fit {
 	}
 	f.CanRun = f.Quant && f.Memory
 	return f
+}
+
+// gpuEstimate is the device memory the CUDA backend allocates for the model
+// with a KV cache of context positions (gpuexec.EstimateBytes).
+func gpuEstimate(src weights.Source, context int) (int64, error) {
+	m, err := exec.Load(src)
+	if err != nil {
+		return 0, err
+	}
+	return gpuexec.EstimateBytes(m, context)
 }

@@ -93,7 +93,7 @@ func (r *Runner) bind() error {
 		}
 	}
 	for _, a := range p.allocs {
-		b, err := r.c.Alloc(uint64(max(a.n*a.kind.Bytes(), 4)))
+		b, err := r.c.Alloc(uint64(allocSize(a)))
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.name, err)
 		}
