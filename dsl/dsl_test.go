@@ -118,3 +118,27 @@ func TestTableMatch(t *testing.T) {
 		}
 	}
 }
+
+// A dead value's slot is reused; an output's never is.
+func TestPlanBuffers(t *testing.T) {
+	e := newEnv("toy", map[string]uint32{"embedding_length": 16, "vocab_size": 10})
+	g, err := dsl.Build(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := g.PlanBuffers(4)
+	if p.Slot[0] != -1 {
+		t.Fatalf("tokens got slot %d", p.Slot[0])
+	}
+	out := g.Outputs["logits"]
+	for i := range g.Nodes {
+		if i != out && p.Slot[i] == p.Slot[out] && i > out {
+			t.Fatalf("node %d reuses the output's slot", i)
+		}
+	}
+	// embed -> rms_norm -> matmul: the norm's input dies at the norm, so the
+	// matmul (10 wide) can take the embedding's (16 wide) slot.
+	if len(p.Sizes) != 2 || p.Slot[3] != p.Slot[1] || p.Sizes[p.Slot[1]] != 4*16 {
+		t.Fatalf("plan %+v", p)
+	}
+}

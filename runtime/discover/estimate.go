@@ -76,48 +76,9 @@ func EstimateMemory(g *dsl.G, src weights.Source, opt Options) (Estimate, error)
 	rows := int64(opt.MaxBatch)
 	ctx := int64(opt.Context)
 
-	// Node buffers, planned as exec.Runner.plan does.
-	last := make([]int, len(g.Nodes))
-	for i, n := range g.Nodes {
-		last[i] = i
-		for _, in := range n.In {
-			last[in] = i
-		}
-	}
-	for _, id := range g.Outputs {
-		last[id] = len(g.Nodes)
-	}
-	type slot struct {
-		size int64
-		free bool
-	}
-	var slots []*slot
-	owner := make([]*slot, len(g.Nodes))
-	for i, n := range g.Nodes {
-		if n.Op == dsl.OpTokens {
-			continue
-		}
-		need := rows * int64(n.Cols)
-		var s *slot
-		for _, c := range slots {
-			if c.free && c.size >= need && (s == nil || c.size < s.size) {
-				s = c
-			}
-		}
-		if s == nil {
-			s = &slot{size: need}
-			slots = append(slots, s)
-		}
-		s.free = false
-		owner[i] = s
-		for _, in := range n.In {
-			if last[in] == i && owner[in] != nil {
-				owner[in].free = true
-			}
-		}
-	}
-	for _, s := range slots {
-		e.Activations += 4 * s.size
+	// Node buffers, planned as exec.Runner.plan plans them.
+	for _, n := range g.PlanBuffers(int(rows)).Sizes {
+		e.Activations += 4 * int64(n)
 	}
 
 	// KV cache and scratch.

@@ -213,45 +213,15 @@ func (r *Runner) plan() error {
 	g := r.m.Graph
 	rows := r.opt.MaxBatch
 	r.outID = g.Outputs["logits"]
-	last := make([]int, len(g.Nodes))
-	for i, n := range g.Nodes {
-		last[i] = i
-		for _, in := range n.In {
-			last[in] = i
-		}
+	bp := g.PlanBuffers(rows)
+	slots := make([][]float32, len(bp.Sizes))
+	for i, n := range bp.Sizes {
+		slots[i] = make([]float32, n)
 	}
-	for _, id := range g.Outputs {
-		last[id] = len(g.Nodes)
-	}
-	type slot struct {
-		buf  []float32
-		free bool
-	}
-	var slots []*slot
-	owner := make([]*slot, len(g.Nodes))
 	r.bufs = make([][]float32, len(g.Nodes))
 	for i, n := range g.Nodes {
-		if n.Op == dsl.OpTokens {
-			continue
-		}
-		need := rows * n.Cols
-		var s *slot
-		for _, c := range slots {
-			if c.free && len(c.buf) >= need && (s == nil || len(c.buf) < len(s.buf)) {
-				s = c
-			}
-		}
-		if s == nil {
-			s = &slot{buf: make([]float32, need)}
-			slots = append(slots, s)
-		}
-		s.free = false
-		owner[i] = s
-		r.bufs[i] = s.buf[:need]
-		for _, in := range n.In {
-			if last[in] == i && owner[in] != nil {
-				owner[in].free = true
-			}
+		if s := bp.Slot[i]; s >= 0 {
+			r.bufs[i] = slots[s][:rows*n.Cols]
 		}
 	}
 	maxQ := 0

@@ -79,45 +79,16 @@ func newPlan(m *exec.Model, context int) (*plan, error) {
 	p := &plan{context: context, vocab: m.VocabSize()}
 	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2})
 
-	// activation slots by liveness, as runtime/exec plans them
-	last := make([]int, len(g.Nodes))
-	for i, n := range g.Nodes {
-		last[i] = i
-		for _, in := range n.In {
-			last[in] = i
-		}
+	// activation slots by liveness, as runtime/exec plans them (one row a step)
+	bp := g.PlanBuffers(1)
+	slotAlloc := make([]int, len(bp.Sizes))
+	for i, n := range bp.Sizes {
+		slotAlloc[i] = p.add(alloc{name: fmt.Sprintf("slot%d", i), kind: kernel.F32, n: n})
 	}
-	for _, id := range g.Outputs {
-		last[id] = len(g.Nodes)
-	}
-	type slot struct {
-		a    int
-		free bool
-	}
-	var slots []*slot
-	owner := make([]*slot, len(g.Nodes))
 	out := make([]view, len(g.Nodes))
 	for i, n := range g.Nodes {
-		if n.Op == dsl.OpTokens {
-			continue
-		}
-		var s *slot
-		for _, c := range slots {
-			if c.free && p.allocs[c.a].n >= n.Cols && (s == nil || p.allocs[c.a].n < p.allocs[s.a].n) {
-				s = c
-			}
-		}
-		if s == nil {
-			s = &slot{a: p.add(alloc{name: fmt.Sprintf("slot%d", len(slots)), kind: kernel.F32, n: n.Cols})}
-			slots = append(slots, s)
-		}
-		s.free = false
-		owner[i] = s
-		out[i] = view{s.a, 0, n.Cols}
-		for _, in := range n.In {
-			if last[in] == i && owner[in] != nil {
-				owner[in].free = true
-			}
+		if s := bp.Slot[i]; s >= 0 {
+			out[i] = view{slotAlloc[s], 0, n.Cols}
 		}
 	}
 
