@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
 	"unicode/utf8"
 )
@@ -35,23 +34,12 @@ type bpeBigram struct {
 	text        string
 }
 
-// bpeQueue pops the lowest rank, then the leftmost pair.
-type bpeQueue []bpeBigram
-
-func (q bpeQueue) Len() int { return len(q) }
-func (q bpeQueue) Less(i, j int) bool {
-	if q[i].rank != q[j].rank {
-		return q[i].rank < q[j].rank
+// bpeBefore pops the lowest rank, then the leftmost pair.
+func bpeBefore(a, b *bpeBigram) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
 	}
-	return q[i].left < q[j].left
-}
-func (q bpeQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *bpeQueue) Push(x any)   { *q = append(*q, x.(bpeBigram)) }
-func (q *bpeQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+	return a.left < b.left
 }
 
 func (t *Tokenizer) encodeBPE(out []int32, text string, frags []fragment, addSpecial bool) ([]int32, error) {
@@ -61,7 +49,7 @@ func (t *Tokenizer) encodeBPE(out []int32, text string, frags []fragment, addSpe
 	var cpts []rune
 	var enc []byte
 	var syms []symbol
-	var q bpeQueue
+	q := &mergeQueue[bpeBigram]{before: bpeBefore}
 	for _, f := range frags {
 		if f.tok != null {
 			out = append(out, f.tok)
@@ -82,7 +70,7 @@ func (t *Tokenizer) encodeBPE(out []int32, text string, frags []fragment, addSpe
 				}
 			}
 			pos += n
-			out, syms, q = t.bpeWord(out, string(enc), syms, q)
+			out, syms = t.bpeWord(out, string(enc), syms, q)
 		}
 	}
 	if addSpecial && t.addEOS {
@@ -92,10 +80,10 @@ func (t *Tokenizer) encodeBPE(out []int32, text string, frags []fragment, addSpe
 }
 
 // bpeWord applies merges by rank to one byte-encoded word.
-func (t *Tokenizer) bpeWord(out []int32, w string, syms []symbol, q bpeQueue) ([]int32, []symbol, bpeQueue) {
+func (t *Tokenizer) bpeWord(out []int32, w string, syms []symbol, q *mergeQueue[bpeBigram]) ([]int32, []symbol) {
 	if t.ignoreMerges {
 		if id, ok := t.toID[w]; ok {
-			return append(out, id), syms, q
+			return append(out, id), syms
 		}
 	}
 	syms = syms[:0]
@@ -105,10 +93,10 @@ func (t *Tokenizer) bpeWord(out []int32, w string, syms []symbol, q bpeQueue) ([
 		off += n
 	}
 	if len(syms) == 0 {
-		return out, syms, q
+		return out, syms
 	}
 	syms[len(syms)-1].next = -1
-	q = q[:0]
+	q.reset()
 	str := func(i int) string { return w[syms[i].start : syms[i].start+syms[i].n] }
 	add := func(l, r int) {
 		if l < 0 || r < 0 {
@@ -118,13 +106,13 @@ func (t *Tokenizer) bpeWord(out []int32, w string, syms []symbol, q bpeQueue) ([
 		if !ok {
 			return
 		}
-		heap.Push(&q, bpeBigram{left: l, right: r, rank: rank, text: w[syms[l].start : syms[r].start+syms[r].n]})
+		q.push(bpeBigram{left: l, right: r, rank: rank, text: w[syms[l].start : syms[r].start+syms[r].n]})
 	}
 	for i := 1; i < len(syms); i++ {
 		add(i-1, i)
 	}
 	for q.Len() > 0 {
-		b := heap.Pop(&q).(bpeBigram)
+		b := q.pop()
 		l, r := &syms[b.left], &syms[b.right]
 		if l.n == 0 || r.n == 0 || l.next != b.right || l.n+r.n != len(b.text) {
 			continue // outdated
@@ -151,7 +139,7 @@ func (t *Tokenizer) bpeWord(out []int32, w string, syms []symbol, q bpeQueue) ([
 			}
 		}
 	}
-	return out, syms, q
+	return out, syms
 }
 
 // buildBytes maps each byte to its fallback token.

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
 	"strings"
 )
@@ -18,23 +17,12 @@ type spmBigram struct {
 	size        int
 }
 
-// spmQueue pops the highest score, then the leftmost pair.
-type spmQueue []spmBigram
-
-func (q spmQueue) Len() int { return len(q) }
-func (q spmQueue) Less(i, j int) bool {
-	if q[i].score != q[j].score {
-		return q[i].score > q[j].score
+// spmBefore pops the highest score, then the leftmost pair.
+func spmBefore(a, b *spmBigram) bool {
+	if a.score != b.score {
+		return a.score > b.score
 	}
-	return q[i].left < q[j].left
-}
-func (q spmQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *spmQueue) Push(x any)   { *q = append(*q, x.(spmBigram)) }
-func (q *spmQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+	return a.left < b.left
 }
 
 func (t *Tokenizer) encodeSPM(out []int32, text string, frags []fragment, addSpecial bool) ([]int32, error) {
@@ -44,7 +32,7 @@ func (t *Tokenizer) encodeSPM(out []int32, text string, frags []fragment, addSpe
 	prevSpecial := true // a space prefix goes on the first text and after each special token
 	var sb strings.Builder
 	var syms []symbol
-	var q spmQueue
+	q := &mergeQueue[spmBigram]{before: spmBefore}
 	var err error
 	for _, f := range frags {
 		if f.tok != null {
@@ -57,7 +45,7 @@ func (t *Tokenizer) encodeSPM(out []int32, text string, frags []fragment, addSpe
 			sb.WriteString("▁")
 		}
 		sb.WriteString(strings.ReplaceAll(text[f.start:f.end], " ", "▁"))
-		if out, syms, q, err = t.spmWord(out, sb.String(), syms, q); err != nil {
+		if out, syms, err = t.spmWord(out, sb.String(), syms, q); err != nil {
 			return nil, err
 		}
 		prevSpecial = false
@@ -70,7 +58,7 @@ func (t *Tokenizer) encodeSPM(out []int32, text string, frags []fragment, addSpe
 
 // spmWord merges the highest-scoring adjacent pair that is a token until no
 // pair is, then emits tokens, falling back to byte tokens.
-func (t *Tokenizer) spmWord(out []int32, w string, syms []symbol, q spmQueue) ([]int32, []symbol, spmQueue, error) {
+func (t *Tokenizer) spmWord(out []int32, w string, syms []symbol, q *mergeQueue[spmBigram]) ([]int32, []symbol, error) {
 	syms = syms[:0]
 	for off := 0; off < len(w); {
 		n := min(utf8Len(w[off]), len(w)-off)
@@ -78,10 +66,10 @@ func (t *Tokenizer) spmWord(out []int32, w string, syms []symbol, q spmQueue) ([
 		off += n
 	}
 	if len(syms) == 0 {
-		return out, syms, q, nil
+		return out, syms, nil
 	}
 	syms[len(syms)-1].next = -1
-	q = q[:0]
+	q.reset()
 	try := func(l, r int) {
 		if l < 0 || r < 0 {
 			return
@@ -91,13 +79,13 @@ func (t *Tokenizer) spmWord(out []int32, w string, syms []symbol, q spmQueue) ([
 		if !ok {
 			return
 		}
-		heap.Push(&q, spmBigram{left: l, right: r, score: t.scores[id], size: len(s)})
+		q.push(spmBigram{left: l, right: r, score: t.scores[id], size: len(s)})
 	}
 	for i := 1; i < len(syms); i++ {
 		try(i-1, i)
 	}
 	for q.Len() > 0 {
-		b := heap.Pop(&q).(spmBigram)
+		b := q.pop()
 		l, r := &syms[b.left], &syms[b.right]
 		if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
 			continue
@@ -120,10 +108,10 @@ func (t *Tokenizer) spmWord(out []int32, w string, syms []symbol, q spmQueue) ([
 		for j := 0; j < len(s); j++ {
 			id := t.byteTok[s[j]]
 			if id < 0 {
-				return nil, syms, q, fmt.Errorf("tokenizer: no token for byte 0x%02X", s[j])
+				return nil, syms, fmt.Errorf("tokenizer: no token for byte 0x%02X", s[j])
 			}
 			out = append(out, id)
 		}
 	}
-	return out, syms, q, nil
+	return out, syms, nil
 }
