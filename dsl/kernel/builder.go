@@ -104,6 +104,12 @@ type Stmt struct {
 	Step  int
 	Loop  LoopKind
 	Body  []*Stmt
+	// Threads > 1 (set by Apply from a loop's schedule) splits the loop over
+	// that many cooperating threads (threads.go): thread t runs iterations
+	// lo+t·step, lo+(t+Threads)·step, …, folding the accumulators declared
+	// outside it into its own partials, which combine by a fixed tree after
+	// the loop. It changes results, so the interpreter honours it.
+	Threads int
 
 	fixed bool // a loop an Order lowered (its step is its lane count): Split and Unroll leave it
 }

@@ -70,7 +70,10 @@ type Node struct {
 	Float float64 // OpConst of a float kind
 	Var   *Var    // OpVar
 	Buf   *Buf    // OpLen, OpLoad
-	Err   error
+	// Aligned (OpLoad) promises that the load's byte offset in its root
+	// buffer is a multiple of its size (Buf.Aligned).
+	Aligned bool
+	Err     error
 }
 
 // Expr is a handle to an expression.

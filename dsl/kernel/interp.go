@@ -9,7 +9,7 @@ import (
 // bit. args follow k.Params: a []byte, []int8, []uint16, []uint32, []int32,
 // []float32 or []float64 for each buffer, an int, int32, float32 or float64
 // for each scalar. Split, Unroll and Lanes are ignored (they never change
-// results); the Orders of k's default schedule, which do, are honoured. Run
+// results); the Orders and Threads of k's default schedule, which do, are honoured. Run
 // Apply(k, s) to interpret another scheduled form. Out-of-bounds accesses, integer
 // division by zero and bad arguments are returned as errors.
 func Run(k *Kernel, args ...any) (err error) { return run(k, nil, args...) }
@@ -17,7 +17,12 @@ func Run(k *Kernel, args ...any) (err error) { return run(k, nil, args...) }
 // run interprets k, under the Orders of its default schedule (which, unlike
 // Split and Unroll, decide its rounding), and sets *res to its Result.
 func run(k *Kernel, res *val, args ...any) (err error) {
-	if hasOrders(k.Schedule) {
+	if hasThreads(k.Schedule) {
+		// cooperative loops are marked by Apply (which lowers the Orders too)
+		if k, err = Apply(k, Schedule{}); err != nil {
+			return err
+		}
+	} else if hasOrders(k.Schedule) {
 		if k, err = lowerOrders(k, k.Schedule); err != nil {
 			return err
 		}
@@ -67,6 +72,7 @@ type bufv struct {
 type machine struct {
 	vars []val
 	bufs []bufv
+	accs map[*Stmt][]*Var // a cooperative loop's split accumulators
 }
 
 func (m *machine) bind(p Param, a any) error {
@@ -143,6 +149,10 @@ func (m *machine) stmt(s *Stmt) {
 		}
 		m.bufs[s.Buf.ID] = bufv{root: p.root, off: p.off + base, n: s.Buf.Size}
 	case SFor:
+		if s.Threads > 1 {
+			m.threadLoop(s)
+			return
+		}
 		lo, hi := m.eval(s.Lo).i, m.eval(s.Hi).i
 		for i := lo; i < hi; i += int64(s.Step) {
 			m.vars[s.Var.ID] = val{i: i}
@@ -225,7 +235,13 @@ func (m *machine) eval(e Expr) val {
 	case OpLen:
 		return val{i: int64(m.bufs[e.Buf.ID].n)}
 	case OpLoad:
-		return m.load(e.Buf, e.Kind, int(m.eval(e.Args[0]).i))
+		i := int(m.eval(e.Args[0]).i)
+		if e.Aligned {
+			if j := (m.bufs[e.Buf.ID].off + i) * e.Buf.Elem.Bytes(); j%e.Kind.Bytes() != 0 {
+				fail("%s: %s load at byte %d of its buffer, not aligned", e.Buf.Name, e.Kind, j)
+			}
+		}
+		return m.load(e.Buf, e.Kind, i)
 	case OpSelect:
 		c, a, b := m.eval(e.Args[0]), m.eval(e.Args[1]), m.eval(e.Args[2])
 		if c.i != 0 {

@@ -16,6 +16,12 @@ type LoopSchedule struct {
 	// above it changes results, so the interpreter honours a kernel's
 	// default Orders too.
 	Order Order
+
+	// Threads splits the loop over that many cooperating threads (a power
+	// of two from 2 to 1024; threads.go): like Order it is part of what the
+	// kernel computes (the partial sums' tree), so the interpreter honours
+	// a kernel's default Threads. Split and Unroll leave such a loop alone.
+	Threads int
 }
 
 // Schedule maps loop names to their schedule.
@@ -41,14 +47,18 @@ func (s Schedule) With(o Schedule) Schedule {
 // accumulator's order is part of what the kernel computes, so a target
 // scheduling only loops keeps it.
 func Apply(k *Kernel, s Schedule) (*Kernel, error) {
-	if os := k.Schedule.With(s); hasOrders(os) {
+	os := k.Schedule.With(s)
+	if hasOrders(os) {
 		var err error
 		if k, err = lowerOrders(k, os); err != nil {
 			return nil, err
 		}
 	}
-	a := &applier{s: s, next: k.NVars}
+	a := &applier{s: s, next: k.NVars, threads: threadsOf(os)}
 	body := a.stmts(k.Body)
+	if a.err == nil {
+		a.err = checkThreads(body)
+	}
 	if a.err != nil {
 		return nil, fmt.Errorf("kernel %s: %v", k.Name, a.err)
 	}
@@ -60,9 +70,10 @@ func Apply(k *Kernel, s Schedule) (*Kernel, error) {
 }
 
 type applier struct {
-	s    Schedule
-	next int // next free Var ID
-	err  error
+	s       Schedule
+	next    int            // next free Var ID
+	threads map[string]int // loop name -> Threads, from the default schedule overridden by s
+	err     error
 }
 
 func (a *applier) newLoopVar(name string) *Var {
@@ -88,9 +99,17 @@ func (a *applier) stmts(in []*Stmt) []*Stmt {
 func (a *applier) loop(s *Stmt) []*Stmt {
 	ls := a.s[s.Var.Name]
 	body := a.stmts(s.Body)
-	if s.fixed { // an Order's lane loop: its step is its lanes
+	if s.fixed || s.Threads > 1 { // an Order's lane loop (its step is its lanes), or already split over threads
 		c := *s
 		c.Body = body
+		return []*Stmt{&c}
+	}
+	if w := a.threads[s.Var.Name]; w > 1 {
+		if s.Loop != Serial {
+			a.fail("loop %s: Threads on a ParallelFor (the grid spreads those)", s.Var.Name)
+		}
+		c := *s
+		c.Body, c.Threads = body, w
 		return []*Stmt{&c}
 	}
 	loop := &Stmt{Op: SFor, Var: s.Var, Lo: s.Lo, Hi: s.Hi, Step: s.Step, Loop: s.Loop, Body: body}
@@ -111,6 +130,12 @@ func (a *applier) loop(s *Stmt) []*Stmt {
 		return a.unroll(loop, body, ls.Unroll)
 	}
 	return []*Stmt{loop}
+}
+
+func (a *applier) fail(format string, args ...any) {
+	if a.err == nil {
+		a.err = fmt.Errorf(format, args...)
+	}
 }
 
 // unroll makes u copies of body per iteration of l. Constant bounds with a

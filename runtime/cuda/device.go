@@ -176,6 +176,34 @@ func (b Buffer) Download(dst []byte) error {
 	return check("cuMemcpyDtoH", api.cuMemcpyDtoH(unsafe.Pointer(&dst[0]), b.Ptr, uint64(len(dst))))
 }
 
+// UploadAsync copies host bytes to the start of b in stream order: work
+// queued on s after it sees them. From pageable memory (a Go slice) the
+// driver stages the bytes before it returns, so src may change afterwards.
+func (b Buffer) UploadAsync(src []byte, s *Stream) error {
+	if uint64(len(src)) > b.Size {
+		return fmt.Errorf("upload of %d bytes into a %d-byte buffer", len(src), b.Size)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	defer b.c.enter()()
+	return check("cuMemcpyHtoDAsync", api.cuMemcpyHtoDAsync(b.Ptr, unsafe.Pointer(&src[0]), uint64(len(src)), s.s))
+}
+
+// DownloadAsync copies the start of b to host bytes in stream order, after
+// the work queued on s; into pageable memory (a Go slice) it returns once
+// the copy is done.
+func (b Buffer) DownloadAsync(dst []byte, s *Stream) error {
+	if uint64(len(dst)) > b.Size {
+		return fmt.Errorf("download of %d bytes from a %d-byte buffer", len(dst), b.Size)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	defer b.c.enter()()
+	return check("cuMemcpyDtoHAsync", api.cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), b.Ptr, uint64(len(dst)), s.s))
+}
+
 // Zero sets the buffer to zero bytes.
 func (b Buffer) Zero() error {
 	defer b.c.enter()()

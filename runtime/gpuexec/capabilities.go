@@ -37,6 +37,6 @@ func covers(t quant.Type) bool {
 
 // planTraced plans a traced graph with zero F32 weights, as NewRunner would.
 func planTraced(g *dsl.G) error {
-	_, err := newPlan(exec.ZeroModel(g), 8)
+	_, err := newPlan(exec.ZeroModel(g), 8, 2)
 	return err
 }

@@ -21,7 +21,7 @@ func EstimateBytes(m *exec.Model, context int) (int64, error) {
 			context = 4096
 		}
 	}
-	p, err := newPlan(m, context)
+	p, err := newPlan(m, context, prefillRows(context))
 	if err != nil {
 		return 0, err
 	}

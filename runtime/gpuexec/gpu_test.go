@@ -60,7 +60,7 @@ func TestGPUMatchesInterpretedPlan(t *testing.T) {
 	needGPU(t)
 	for _, name := range []string{"stories260K.gguf", "synthetic/tiny256-Q4_K_M.gguf"} {
 		m := loadModel(t, name)
-		p, err := newPlan(m, 64)
+		p, err := newPlan(m, 64, prefillRows(64))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,10 @@
 // Package gpuexec runs a model's graph on one CUDA GPU. Every kernel is a
 // dsl/kernel kernel of kernels/ops rendered to PTX at run time for the
 // device found (no hand-written CUDA); weights are uploaded once in their
-// stored quant layout; buffers are planned once; a step is one token, and
-// its launches are captured into a CUDA graph replayed for every position
-// (the token id and position live in a small device buffer). See docs/gpu.md.
+// stored quant layout; buffers are planned once; a decode step is one
+// token, its launches captured into a CUDA graph replayed for every
+// position, and a prompt runs in prefill steps of many rows (the tokens and
+// position live in a small device buffer). See docs/gpu.md.
 package gpuexec
 
 import (
@@ -37,27 +38,39 @@ type launch struct {
 	node int
 }
 
-// plan is a graph lowered for a one-row step, independent of any device.
+// plan is a graph lowered, independent of any device, twice over the same
+// weights and KV caches: for a one-row step (decode) and, where rows > 1,
+// for a prefill step of rows rows (the last chunk of a prompt padded; only
+// the last real row's logits are computed).
 type plan struct {
 	allocs   []alloc
-	launches []launch
-	step     int  // the I32 allocation [token, position]
-	logits   view // the last node's output
+	launches []launch // a one-row step
+	prefill  []launch // a rows-row step
+	dst      *[]launch
+	step     int  // the I32 allocation [last real row, position, tokens…]
+	logits   view // the last node's output, one-row step
+	plogits  view // the logits of the last real row, prefill step
 	vocab    int
 	context  int
+	rows     int // prefill rows (1: no prefill plan)
+	kvRows   int // cache rows: context plus the padding of a last chunk
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 }
 
-// The step buffer's views: the token id and the position.
+// The step buffer's views: [last row, position] and the tokens.
 var (
-	stepTok = func(p *plan) view { return view{p.step, 0, 1} }
-	stepAll = func(p *plan) view { return view{p.step, 0, 2} }
+	stepAll  = func(p *plan) view { return view{p.step, 0, 2} }
+	stepToks = func(p *plan, rows int) view { return view{p.step, 2, rows} }
 )
+
+// PrefillRows is the rows of a prefill step for a context: prompts run in
+// chunks of that many.
+func prefillRows(context int) int { return max(1, min(256, context)) }
 
 func (p *plan) add(a alloc) int { p.allocs = append(p.allocs, a); return len(p.allocs) - 1 }
 
 func (p *plan) call(node int, k *kernel.Kernel, args ...any) {
-	p.launches = append(p.launches, launch{k: k, args: args, node: node})
+	*p.dst = append(*p.dst, launch{k: k, args: args, node: node})
 }
 
 func whole(a int, p *plan) view { return view{a, 0, p.allocs[a].n} }
@@ -72,24 +85,16 @@ func blockOf(t quant.Type) (ops.BlockDecode, bool) {
 	return ops.BlockDecode{}, false
 }
 
-// newPlan lowers m's graph for one row per step with a KV cache of context
-// positions.
-func newPlan(m *exec.Model, context int) (*plan, error) {
+// newPlan lowers m's graph for one row per step and, for rows > 1, for
+// prefill steps of rows rows, with a KV cache of context positions.
+func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 	g := m.Graph
-	p := &plan{context: context, vocab: m.VocabSize()}
-	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2})
-
-	// activation slots by liveness, as runtime/exec plans them (one row a step)
-	bp := g.PlanBuffers(1)
-	slotAlloc := make([]int, len(bp.Sizes))
-	for i, n := range bp.Sizes {
-		slotAlloc[i] = p.add(alloc{name: fmt.Sprintf("slot%d", i), kind: kernel.F32, n: n})
-	}
-	out := make([]view, len(g.Nodes))
-	for i, n := range g.Nodes {
-		if s := bp.Slot[i]; s >= 0 {
-			out[i] = view{slotAlloc[s], 0, n.Cols}
-		}
+	rows = max(rows, 1)
+	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1}
+	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2 + rows})
+	id, ok := g.Outputs["logits"]
+	if !ok {
+		return nil, fmt.Errorf("the graph has no logits output")
 	}
 
 	weights := map[int]int{} // weight index -> raw allocation
@@ -102,15 +107,22 @@ func newPlan(m *exec.Model, context int) (*plan, error) {
 		weights[wi] = a
 		return a
 	}
+	vectors := map[int]int{}
 	vector := func(wi int) (int, error) {
+		if a, ok := vectors[wi]; ok {
+			return a, nil
+		}
 		w := &m.Weights[wi]
 		v := make([]float32, w.Dims[0])
 		if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
 			return 0, fmt.Errorf("weight %s: %w", w.GGUF, err)
 		}
-		return p.add(alloc{name: w.GGUF + " (f32)", kind: kernel.F32, n: len(v), init: f32Bytes(v)}), nil
+		vectors[wi] = p.add(alloc{name: w.GGUF + " (f32)", kind: kernel.F32, n: len(v), init: f32Bytes(v)})
+		return vectors[wi], nil
 	}
+	freqAllocs := map[int]int{}
 	scratch := -1 // activations rounded to a matmul's partner type
+	scores := -1  // attention scores
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -122,127 +134,209 @@ func newPlan(m *exec.Model, context int) (*plan, error) {
 		return k
 	}
 
-	for i, n := range g.Nodes {
-		in := func(j int) view { return out[n.In[j]] }
-		switch n.Op {
-		case dsl.OpTokens:
-		case dsl.OpEmbed:
-			w := &m.Weights[n.Weight]
-			p.embRows = int(w.Dims[1])
-			var k *kernel.Kernel
-			switch w.Type {
-			case quant.F32, quant.F16:
-				f16 := w.Type == quant.F16
-				k = cached("Embed"+w.Type.String(), func() *kernel.Kernel { return ops.EmbedFloat(f16) })
-			default:
-				d, ok := blockOf(w.Type)
-				if !ok {
-					return nil, fmt.Errorf("node %d (embed): no GPU kernel decodes %s (%s)", i, w.Type, w.GGUF)
-				}
-				k = cached("Embed"+d.Name, func() *kernel.Kernel { return ops.Embed(d) })
+	lower := func(rows int, dst *[]launch) (view, error) {
+		p.dst = dst
+		// activation slots by liveness, as runtime/exec plans them
+		bp := g.PlanBuffers(rows)
+		slotAlloc := make([]int, len(bp.Sizes))
+		for i, n := range bp.Sizes {
+			slotAlloc[i] = p.add(alloc{name: fmt.Sprintf("slot%d (%d rows)", i, rows), kind: kernel.F32, n: n})
+		}
+		out := make([]view, len(g.Nodes))
+		for i, n := range g.Nodes {
+			if s := bp.Slot[i]; s >= 0 {
+				out[i] = view{slotAlloc[s], 0, n.Cols * rows}
 			}
-			p.call(i, k, whole(raw(n.Weight), p), stepTok(p), out[i], n.Cols)
-		case dsl.OpMatMul:
-			w := &m.Weights[n.Weight]
-			x := in(0)
-			var k *kernel.Kernel
-			switch w.Type {
-			case quant.F32:
-				k = cached("MatVecF32", ops.MatVecF32)
-			case quant.F16:
-				k = cached("MatVecF16", ops.MatVecF16)
-			default:
-				d, ok := blockOf(w.Type)
-				if !ok {
-					return nil, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
-				}
-				var rk *kernel.Kernel
-				switch quant.VecDotType(w.Type) {
-				case quant.Q8_0, quant.Q8_1:
-					rk = cached("QuantRoundQ8_0", ops.QuantRoundQ8_0)
-				case quant.Q8_K:
-					rk = cached("QuantRoundQ8_K", ops.QuantRoundQ8_K)
+		}
+		var last struct { // the last activation rounding, in the scratch until another replaces it
+			rk *kernel.Kernel
+			x  view
+		}
+		seen := map[int]bool{} // blocks with an attention
+		for i, n := range g.Nodes {
+			in := func(j int) view { return out[n.In[j]] }
+			switch n.Op {
+			case dsl.OpTokens:
+			case dsl.OpEmbed:
+				w := &m.Weights[n.Weight]
+				p.embRows = int(w.Dims[1])
+				var k *kernel.Kernel
+				switch w.Type {
+				case quant.F32, quant.F16:
+					f16 := w.Type == quant.F16
+					k = cached("Embed"+w.Type.String(), func() *kernel.Kernel { return ops.EmbedFloat(f16) })
 				default:
-					return nil, fmt.Errorf("node %d (matmul): no activation rounding for %s", i, w.Type)
+					d, ok := blockOf(w.Type)
+					if !ok {
+						return view{}, fmt.Errorf("node %d (embed): no GPU kernel decodes %s (%s)", i, w.Type, w.GGUF)
+					}
+					k = cached("Embed"+d.Name, func() *kernel.Kernel { return ops.Embed(d) })
 				}
-				if scratch < 0 {
-					scratch = p.add(alloc{name: "quantized activations", kind: kernel.F32})
+				p.call(i, k, whole(raw(n.Weight), p), stepToks(p, rows), out[i], n.Cols)
+			case dsl.OpMatMul:
+				w := &m.Weights[n.Weight]
+				x, y, xr := in(0), out[i], rows
+				if rows > 1 && i == id {
+					// only the last real row's logits: that row alone
+					cols := x.n / rows
+					lr := p.add(alloc{name: "last row", kind: kernel.F32, n: cols})
+					p.call(i, cached("CopyRow", ops.CopyRow), x, stepAll(p), view{lr, 0, cols})
+					x, y, xr = view{lr, 0, cols}, view{y.a, y.off, n.Cols}, 1
 				}
-				p.allocs[scratch].n = max(p.allocs[scratch].n, x.n)
-				sx := view{scratch, 0, x.n}
-				p.call(i, rk, x, sx)
-				x = sx
-				k = cached("MatVec"+d.Name, func() *kernel.Kernel { return ops.MatVec(d) })
-			}
-			p.call(i, k, whole(raw(n.Weight), p), x, out[i])
-		case dsl.OpAdd:
-			p.call(i, cached("AddF32", ops.AddF32), in(0), in(1), out[i])
-		case dsl.OpMul:
-			p.call(i, cached("MulF32", ops.MulF32), in(0), in(1), out[i])
-		case dsl.OpScale:
-			p.call(i, cached("ScaleF32", ops.ScaleF32), in(0), out[i], n.F)
-		case dsl.OpSiLU:
-			p.call(i, cached("SiLUF32", ops.SiLUF32), in(0), out[i])
-		case dsl.OpRMSNorm:
-			if n.Weight < 0 {
-				p.call(i, cached("RMSNormNoWeight", func() *kernel.Kernel { return ops.RMSNorm(false) }), in(0), out[i], n.F)
-				break
-			}
-			wv, err := vector(n.Weight)
-			if err != nil {
-				return nil, err
-			}
-			p.call(i, cached("RMSNorm", func() *kernel.Kernel { return ops.RMSNorm(true) }), in(0), whole(wv, p), out[i], n.F)
-		case dsl.OpRoPE:
-			r := n.Rope
-			half := r.Dims / 2
-			freqs := make([]float32, half)
-			for j := range freqs {
-				freqs[j] = 1
-			}
-			if r.FreqsW >= 0 {
-				w := &m.Weights[r.FreqsW]
-				v := make([]float32, w.Dims[0])
-				if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
-					return nil, fmt.Errorf("weight %s: %w", w.GGUF, err)
+				cols := x.n / xr
+				var mm *kernel.Kernel // multiplies xr rows at once
+				var k *kernel.Kernel
+				switch w.Type {
+				case quant.F32:
+					k = cached("MatVecWarpF32", ops.MatVecWarpF32)
+				case quant.F16:
+					k = cached("MatVecWarpF16", ops.MatVecWarpF16)
+				default:
+					d, ok := blockOf(w.Type)
+					if !ok {
+						return view{}, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
+					}
+					var rk *kernel.Kernel
+					switch quant.VecDotType(w.Type) {
+					case quant.Q8_0, quant.Q8_1:
+						rk = cached("QuantRoundQ8_0", func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_0()) })
+					case quant.Q8_K:
+						rk = cached("QuantRoundQ8_K", func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_K()) })
+					default:
+						return view{}, fmt.Errorf("node %d (matmul): no activation rounding for %s", i, w.Type)
+					}
+					if scratch < 0 {
+						scratch = p.add(alloc{name: "quantized activations", kind: kernel.F32})
+					}
+					p.allocs[scratch].n = max(p.allocs[scratch].n, x.n)
+					sx := view{scratch, 0, x.n}
+					// q, k and v (gate and up) read one activation: round it once,
+					// while no node has written its slot since (only roundings
+					// write the scratch)
+					if last.rk != rk || last.x != x {
+						p.call(i, rk, x, sx)
+					}
+					last.rk, last.x = rk, x
+					x = sx
+					if mk, ok := ops.WarpMatVecs()[d.Name]; ok {
+						k = cached("MatVecWarp"+d.Name, mk)
+					} else {
+						k = cached("MatVec"+d.Name, func() *kernel.Kernel { return ops.MatVec(d) })
+					}
+					if mw, ok := ops.MatMulWarp(d.Name); ok && xr > 1 { // measured 2.8× MatMulRows on the 1B prefill
+						mm = cached("MatMulWarp"+d.Name, func() *kernel.Kernel { return mw })
+					} else if xr > 1 {
+						mm = cached("MatMulRows"+d.Name, func() *kernel.Kernel { return ops.MatMulRows(d) })
+					}
 				}
-				if len(v) < half {
-					return nil, fmt.Errorf("rope frequencies %s hold %d values, need %d", w.GGUF, len(v), half)
+				switch {
+				case xr == 1:
+					p.call(i, k, whole(raw(n.Weight), p), x, y)
+				case mm != nil:
+					p.call(i, mm, whole(raw(n.Weight), p), x, y, cols)
+				default: // a mat-vec a row
+					for r := 0; r < xr; r++ {
+						p.call(i, k, whole(raw(n.Weight), p), view{x.a, x.off + r*cols, cols}, view{y.a, y.off + r*n.Cols, n.Cols})
+					}
 				}
-				copy(freqs, v)
+			case dsl.OpAdd:
+				p.call(i, cached("AddF32", ops.AddF32), in(0), in(1), out[i])
+			case dsl.OpMul:
+				p.call(i, cached("MulF32", ops.MulF32), in(0), in(1), out[i])
+			case dsl.OpScale:
+				p.call(i, cached("ScaleF32", ops.ScaleF32), in(0), out[i], n.F)
+			case dsl.OpSiLU:
+				p.call(i, cached("SiLUF32", ops.SiLUF32), in(0), out[i])
+			case dsl.OpRMSNorm:
+				if n.Weight < 0 {
+					if rows > 1 {
+						p.call(i, cached("RMSNormRowsNoWeight", func() *kernel.Kernel { return ops.RMSNormRows(false) }), in(0), out[i], n.F, n.Cols)
+					} else {
+						p.call(i, cached("RMSNormNoWeight", func() *kernel.Kernel { return ops.RMSNormCTA(false) }), in(0), out[i], n.F)
+					}
+					break
+				}
+				wv, err := vector(n.Weight)
+				if err != nil {
+					return view{}, err
+				}
+				if rows > 1 {
+					p.call(i, cached("RMSNormRows", func() *kernel.Kernel { return ops.RMSNormRows(true) }), in(0), whole(wv, p), out[i], n.F, n.Cols)
+				} else {
+					p.call(i, cached("RMSNorm", func() *kernel.Kernel { return ops.RMSNormCTA(true) }), in(0), whole(wv, p), out[i], n.F)
+				}
+			case dsl.OpRoPE:
+				r := n.Rope
+				half := r.Dims / 2
+				fa, ok := freqAllocs[i]
+				if !ok {
+					freqs := make([]float32, half)
+					for j := range freqs {
+						freqs[j] = 1
+					}
+					if r.FreqsW >= 0 {
+						w := &m.Weights[r.FreqsW]
+						v := make([]float32, w.Dims[0])
+						if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
+							return view{}, fmt.Errorf("weight %s: %w", w.GGUF, err)
+						}
+						if len(v) < half {
+							return view{}, fmt.Errorf("rope frequencies %s hold %d values, need %d", w.GGUF, len(v), half)
+						}
+						copy(freqs, v)
+					}
+					fa = p.add(alloc{name: fmt.Sprintf("rope freqs node %d", i), kind: kernel.F32, n: half, init: f32Bytes(freqs)})
+					freqAllocs[i] = fa
+				}
+				ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
+				mode, dims := r.Mode, r.Dims
+				if mode != dsl.RopeNormal && mode != dsl.RopeNeox {
+					return view{}, fmt.Errorf("node %d: rope mode %d", i, mode)
+				}
+				k := cached(fmt.Sprintf("rope%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopePosWarp(mode, dims) })
+				p.call(i, k, in(0), out[i], stepAll(p), whole(fa, p), r.HeadDim, r.Heads, ts, r.FreqScale)
+			case dsl.OpAttention:
+				a := n.Attn
+				dim := a.KVHeads * a.HeadDim
+				if n.Layer < 0 {
+					return view{}, fmt.Errorf("node %d: attention outside a block", i)
+				}
+				if seen[n.Layer] {
+					return view{}, fmt.Errorf("node %d: a second attention in block %d", i, n.Layer)
+				}
+				seen[n.Layer] = true
+				if _, ok := kvs[n.Layer]; !ok { // both lowerings share the caches
+					kc := p.add(alloc{name: fmt.Sprintf("k cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
+					vc := p.add(alloc{name: fmt.Sprintf("v cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
+					kvs[n.Layer] = [2]int{kc, vc}
+				}
+				kc, vc := kvs[n.Layer][0], kvs[n.Layer][1]
+				p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
+				if scores < 0 { // one pair's scores a head, shared by every layer's attention
+					scores = p.add(alloc{name: "attention scores", kind: kernel.F32})
+				}
+				ns := a.Heads * rows * p.kvRows
+				p.allocs[scores].n = max(p.allocs[scores].n, ns)
+				p.call(i, cached("AttentionWarp2", ops.AttentionWarp2), in(0), whole(kc, p), whole(vc, p), out[i], stepAll(p),
+					view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, a.Scale)
+			default:
+				return view{}, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)
 			}
-			fa := p.add(alloc{name: fmt.Sprintf("rope freqs node %d", i), kind: kernel.F32, n: half, init: f32Bytes(freqs)})
-			ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
-			mode, dims := r.Mode, r.Dims
-			if mode != dsl.RopeNormal && mode != dsl.RopeNeox {
-				return nil, fmt.Errorf("node %d: rope mode %d", i, mode)
+			if out[i].n > 0 && out[i].a == last.x.a { // a node wrote where the rounded activation came from
+				last.rk = nil
 			}
-			k := cached(fmt.Sprintf("rope%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopePos(mode, dims) })
-			p.call(i, k, in(0), out[i], stepAll(p), whole(fa, p), r.HeadDim, r.Heads, ts, r.FreqScale)
-		case dsl.OpAttention:
-			a := n.Attn
-			dim := a.KVHeads * a.HeadDim
-			if n.Layer < 0 {
-				return nil, fmt.Errorf("node %d: attention outside a block", i)
-			}
-			if _, dup := kvs[n.Layer]; dup {
-				return nil, fmt.Errorf("node %d: a second attention in block %d", i, n.Layer)
-			}
-			kc := p.add(alloc{name: fmt.Sprintf("k cache %d", n.Layer), kind: kernel.U16, n: context * dim})
-			vc := p.add(alloc{name: fmt.Sprintf("v cache %d", n.Layer), kind: kernel.U16, n: context * dim})
-			kvs[n.Layer] = [2]int{kc, vc}
-			p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
-			p.call(i, cached("Attention", ops.Attention), in(0), whole(kc, p), whole(vc, p), out[i], stepAll(p),
-				a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, a.Scale)
-		default:
-			return nil, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)
+		}
+		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
+	}
+	var err error
+	if p.logits, err = lower(1, &p.launches); err != nil {
+		return nil, err
+	}
+	if rows > 1 {
+		if p.plogits, err = lower(rows, &p.prefill); err != nil {
+			return nil, err
 		}
 	}
-	id, ok := g.Outputs["logits"]
-	if !ok {
-		return nil, fmt.Errorf("the graph has no logits output")
-	}
-	p.logits = out[id]
 	return p, nil
 }
 
@@ -250,7 +344,7 @@ func newPlan(m *exec.Model, context int) (*plan, error) {
 func (p *plan) kernelList() []*kernel.Kernel {
 	seen := map[*kernel.Kernel]bool{}
 	var ks []*kernel.Kernel
-	for _, l := range p.launches {
+	for _, l := range append(p.launches[:len(p.launches):len(p.launches)], p.prefill...) {
 		if !seen[l.k] {
 			seen[l.k] = true
 			ks = append(ks, l.k)
@@ -271,7 +365,7 @@ func f32Bytes(v []float32) []byte {
 // Kernels lists the kernels the runner renders for m: what NewRunner
 // compiles for the device, available without one (for tools and tests).
 func Kernels(m *exec.Model) ([]*kernel.Kernel, error) {
-	p, err := newPlan(m, 1)
+	p, err := newPlan(m, 1, 2)
 	if err != nil {
 		return nil, err
 	}

@@ -99,27 +99,51 @@ func (h *hostExec) slice(v view) any {
 	panic("unreachable")
 }
 
+// Forward steps as the Runner does without LogitsAll: a prompt in prefill
+// chunks (the last padded with token 0), single tokens one-row steps.
 func (h *hostExec) Forward(tokens []int32) ([]float32, error) {
+	st := h.mem[h.p.step].([]int32)
+	if h.p.rows > 1 && len(tokens) > 1 {
+		for len(tokens) > 0 {
+			n := min(len(tokens), h.p.rows)
+			clear(st)
+			st[0], st[1] = int32(n-1), int32(h.pos)
+			copy(st[2:], tokens[:n])
+			if err := h.run(h.p.prefill); err != nil {
+				return nil, err
+			}
+			h.pos += n
+			tokens = tokens[n:]
+		}
+		h.last = append(h.last[:0], h.slice(h.p.plogits).([]float32)...)
+		return h.last, nil
+	}
 	for _, tok := range tokens {
-		st := h.mem[h.p.step].([]int32)
-		st[0], st[1] = tok, int32(h.pos)
-		for _, l := range h.p.launches {
-			args := make([]any, len(l.args))
-			for i, a := range l.args {
-				if v, ok := a.(view); ok {
-					args[i] = h.slice(v)
-				} else {
-					args[i] = a
-				}
-			}
-			if err := kernel.Run(l.k, args...); err != nil {
-				return nil, fmt.Errorf("node %d: %w", l.node, err)
-			}
+		st[0], st[1], st[2] = 0, int32(h.pos), tok
+		if err := h.run(h.p.launches); err != nil {
+			return nil, err
 		}
 		h.pos++
 	}
 	h.last = append(h.last[:0], h.slice(h.p.logits).([]float32)...)
 	return h.last, nil
+}
+
+func (h *hostExec) run(ls []launch) error {
+	for _, l := range ls {
+		args := make([]any, len(l.args))
+		for i, a := range l.args {
+			if v, ok := a.(view); ok {
+				args[i] = h.slice(v)
+			} else {
+				args[i] = a
+			}
+		}
+		if err := kernel.Run(l.k, args...); err != nil {
+			return fmt.Errorf("node %d (%s): %w", l.node, l.k.Name, err)
+		}
+	}
+	return nil
 }
 
 func argmax(x []float32) int32 {
@@ -214,7 +238,9 @@ func TestPlanMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			p, err := newPlan(m, 64)
+			// prefill steps of 4 rows: the 7-token prompt is a full chunk
+			// and a padded one
+			p, err := newPlan(m, 64, 4)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,7 +22,8 @@ type Runner struct {
 	s       *cuda.Stream
 	mod     *cuda.Module
 	bufs    []cuda.Buffer
-	calls   []call
+	calls   []call // a one-row step
+	pcalls  []call // a prefill step
 	graph   *cuda.Graph
 	noGraph bool  // plain launches (SetGraphs(false), or capture failed)
 	capErr  error // why capture failed, if it did
@@ -48,7 +49,9 @@ const threadsPerBlock = 128
 // weights the kernels read are uploaded once in their stored layout and the
 // KV caches allocated for opt.Context positions (0: the model's trained
 // context, capped at 4096). opt.Threads and opt.MaxBatch do not apply: a
-// step is one token. Without a driver the error wraps cuda.ErrNoDriver.
+// prompt runs in steps of prefillRows(context) rows (one token a step with
+// opt.LogitsAll), decoding one token a step. Without a driver the error
+// wraps cuda.ErrNoDriver.
 func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	if opt.Context <= 0 {
 		opt.Context = m.ContextLength()
@@ -56,7 +59,11 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 			opt.Context = 4096
 		}
 	}
-	p, err := newPlan(m, opt.Context)
+	rows := prefillRows(opt.Context)
+	if opt.LogitsAll { // every row's logits: token by token
+		rows = 1
+	}
+	p, err := newPlan(m, opt.Context, rows)
 	if err != nil {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
@@ -67,7 +74,7 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
-	r := &Runner{m: m, opt: opt, p: p, c: c, stepHost: make([]byte, 8)}
+	r := &Runner{m: m, opt: opt, p: p, c: c, stepHost: make([]byte, 4*(2+p.rows))}
 	if err := r.bind(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
@@ -107,7 +114,27 @@ func (r *Runner) bind() error {
 			}
 		}
 	}
-	for _, l := range p.launches {
+	if r.calls, err = r.bindCalls(p.launches, tg, fns); err != nil {
+		return err
+	}
+	if r.pcalls, err = r.bindCalls(p.prefill, tg, fns); err != nil {
+		return err
+	}
+	if r.s, err = r.c.NewStream(); err != nil {
+		return err
+	}
+	rows := 1
+	if r.opt.LogitsAll {
+		rows = r.opt.Context
+	}
+	r.logits = make([]float32, rows*p.vocab)
+	return nil
+}
+
+// bindCalls binds planned launches to device memory and launch shapes.
+func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*cuda.Function) ([]call, error) {
+	var calls []call
+	for _, l := range ls {
 		a := cuda.NewArgs(2 * len(l.args))
 		targs := make([]any, len(l.args))
 		slot := 0
@@ -127,26 +154,27 @@ func (r *Runner) bind() error {
 				slot++
 				targs[i] = v
 			default:
-				return fmt.Errorf("%s: argument %d of type %T", l.k.Name, i, v)
+				return nil, fmt.Errorf("%s: argument %d of type %T", l.k.Name, i, v)
 			}
 		}
 		n, err := ptx.Threads(l.k, tg, targs...)
 		if err != nil {
-			return fmt.Errorf("%s: %w", l.k.Name, err)
+			return nil, fmt.Errorf("%s: %w", l.k.Name, err)
 		}
+		lp, err := ptx.Plan(l.k, tg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.k.Name, err)
+		}
+		// n is a multiple of the group, and so is the block: a group of up
+		// to 32 never straddles a warp, and a wider one is the whole CTA
 		block := min(max(n, 1), threadsPerBlock)
+		if lp.Group > 32 {
+			block = lp.Group
+		}
 		grid := (max(n, 1) + block - 1) / block
-		r.calls = append(r.calls, call{fns[l.k], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, a})
+		calls = append(calls, call{fns[l.k], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, a})
 	}
-	if r.s, err = r.c.NewStream(); err != nil {
-		return err
-	}
-	rows := 1
-	if r.opt.LogitsAll {
-		rows = r.opt.Context
-	}
-	r.logits = make([]float32, rows*p.vocab)
-	return nil
+	return calls, nil
 }
 
 // Close frees the runner's device memory, module, graph and stream.
@@ -212,6 +240,18 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 		}
 	}
 	v := r.p.vocab
+	if !r.opt.LogitsAll && r.p.rows > 1 && len(tokens) > 1 {
+		// chunks of up to rows rows a step, the last padded
+		for len(tokens) > 0 {
+			n := min(len(tokens), r.p.rows)
+			if err := r.prefillStep(tokens[:n], r.logits[:v], n == len(tokens)); err != nil {
+				return nil, err
+			}
+			r.pos += n
+			tokens = tokens[n:]
+		}
+		return r.logits[:v], nil
+	}
 	for i, t := range tokens {
 		row := 0
 		if r.opt.LogitsAll {
@@ -231,29 +271,56 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 
 // step runs one token at r.pos; with keep it downloads the logits into out.
 func (r *Runner) step(tok int32, out []float32, keep bool) error {
-	binary.LittleEndian.PutUint32(r.stepHost[0:], uint32(tok))
+	binary.LittleEndian.PutUint32(r.stepHost[0:], 0)
 	binary.LittleEndian.PutUint32(r.stepHost[4:], uint32(r.pos))
-	// A synchronous copy from pageable memory may return before its DMA
-	// lands; the context sync orders it before the step's kernels, which
-	// run on a non-blocking stream.
-	if err := r.bufs[r.p.step].Upload(r.stepHost); err != nil {
-		return err
-	}
-	if err := r.c.Synchronize(); err != nil {
+	binary.LittleEndian.PutUint32(r.stepHost[8:], uint32(tok))
+	// the step's bytes and the logits travel in stream order, so the
+	// step's kernels see the one and the copy of the other waits for them
+	if err := r.bufs[r.p.step].UploadAsync(r.stepHost[:12], r.s); err != nil {
 		return err
 	}
 	if err := r.enqueue(); err != nil {
 		return err
 	}
-	if err := r.s.Synchronize(); err != nil {
+	return r.finish(r.p.logits, out, keep)
+}
+
+// finish waits for the step; with keep it first downloads the logits
+// (view v, from the start of its allocation) into out, which a download
+// into pageable memory waits for.
+func (r *Runner) finish(v view, out []float32, keep bool) error {
+	if !keep {
+		return r.s.Synchronize()
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
+	return r.bufs[v.a].DownloadAsync(b[:4*v.n], r.s)
+}
+
+// prefillStep runs the rows of toks (at most p.rows) at r.pos as one step,
+// the rest of the step's rows padded with token 0: their cache rows lie
+// past the sequence, where later steps overwrite them before any reads
+// them. With keep it downloads the last row's logits into out.
+func (r *Runner) prefillStep(toks []int32, out []float32, keep bool) error {
+	h := r.stepHost
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(toks)-1))
+	binary.LittleEndian.PutUint32(h[4:], uint32(r.pos))
+	for i := 0; i < r.p.rows; i++ {
+		t := int32(0)
+		if i < len(toks) {
+			t = toks[i]
+		}
+		binary.LittleEndian.PutUint32(h[8+4*i:], uint32(t))
+	}
+	if err := r.bufs[r.p.step].UploadAsync(h, r.s); err != nil {
 		return err
 	}
-	if !keep {
-		return nil
+	for i := range r.pcalls {
+		c := &r.pcalls[i]
+		if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+			return err
+		}
 	}
-	// planned views start their allocation, so the logits are its first bytes
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
-	return r.bufs[r.p.logits.a].Download(b)
+	return r.finish(r.p.plogits, out, keep)
 }
 
 // enqueue puts the step's work on the stream: the captured graph, captured

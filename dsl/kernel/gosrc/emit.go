@@ -247,6 +247,10 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.scope = append(f.scope, s.Buf)
 		f.line("%s := %s", f.bufs[s.Buf], src)
 	case kernel.SFor:
+		if s.Threads > 1 { // its order is a tree over threads this target does not model
+			f.fail("loop %s: Threads %d (cooperative loops are for GPU targets)", s.Var.Name, s.Threads)
+			return
+		}
 		f.loop(s)
 	case kernel.SBlock:
 		f.line("{")

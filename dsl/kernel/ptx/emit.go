@@ -79,6 +79,14 @@ type fn struct {
 	bufs   map[*kernel.Buf]*bufReg
 	labels int
 	err    error
+
+	// cooperative loops (kernel.Stmt.Threads): the kernel's one width, this
+	// thread's index among the width (an Int register), the shfl member
+	// mask and the shared scratch of a CTA-wide tree
+	width int
+	lane  string
+	mask  string
+	red   string
 }
 
 func (f *fn) fail(format string, args ...any) {
@@ -125,7 +133,10 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}}
+	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body)}
+	if f.width > 32 {
+		f.red = "red_" + paramName(0, lk.Name)
+	}
 	if lk.Result != nil {
 		// an entry returns nothing: a GPU kernel stores what it computes
 		return "", fmt.Errorf("ptx: kernel %s: a kernel result (Return) is unsupported; store it", lk.Name)
@@ -167,12 +178,21 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	}
 	exit := f.label()
 	if grid == nil {
-		// one thread runs the kernel in the interpreter's order
+		// one thread runs the kernel in the interpreter's order (or the
+		// first width threads of CTA 0, cooperating)
 		a, b, c := f.reg(c32), f.reg(c32), f.reg(c32)
 		p := f.reg(cPred)
 		f.ins("mov.u32 %s, %%tid.x", a)
 		f.ins("mov.u32 %s, %%ctaid.x", b)
-		f.ins("or.b32 %s, %s, %s", c, a, b)
+		if f.width > 1 {
+			f.ins("shr.u32 %s, %s, %d", c, a, log2(f.width))
+			f.ins("or.b32 %s, %s, %s", c, c, b)
+			f.lane = f.reg(c64)
+			f.ins("cvt.u64.u32 %s, %s", f.lane, a)
+			f.laneMask(a)
+		} else {
+			f.ins("or.b32 %s, %s, %s", c, a, b)
+		}
 		f.ins("setp.ne.u32 %s, %s, 0", p, c)
 		f.ins("@%s bra %s", p, exit)
 	}
@@ -187,11 +207,19 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		fmt.Fprintf(&b, "// %s %s\n", lk.Name, asciiOnly(lk.Doc))
 	}
 	mode := "one thread (launch any shape; thread 0 does the work)"
-	if grid != nil {
+	switch {
+	case grid != nil && f.width > 1:
+		mode = fmt.Sprintf("loop %s spread over groups of %d threads (group-stride; CTA size a multiple of %d)", grid.Var.Name, f.width, max(f.width, 32))
+	case grid != nil:
 		mode = "loop " + grid.Var.Name + " spread over the grid (grid-stride)"
+	case f.width > 1:
+		mode = fmt.Sprintf("threads 0..%d of CTA 0 cooperate (launch at least %d threads)", f.width-1, f.width)
 	}
 	fmt.Fprintf(&b, "// launch: %s\n", mode)
 	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n{\n", lk.Name, strings.Join(params, ",\n\t"))
+	if f.red != "" {
+		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, 8*f.width/32)
+	}
 	for c := class(0); c < nClass; c++ {
 		if f.nreg[c] > 0 {
 			fmt.Fprintf(&b, "\t.reg %s %s<%d>;\n", classes[c].decl, classes[c].prefix, f.nreg[c]+1)
@@ -256,7 +284,9 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.ins("add.s64 %s, %s, %d", a, base, off)
 		f.bufs[s.Buf] = &bufReg{addr: a, size: s.Buf.Size, elem: s.Buf.Elem}
 	case kernel.SFor:
-		if s == f.grid {
+		if s.Threads > 1 {
+			f.threadLoop(s)
+		} else if s == f.grid {
 			f.gridLoop(s)
 		} else {
 			f.loop(s)
@@ -327,6 +357,14 @@ func (f *fn) gridLoop(s *kernel.Stmt) {
 	f.ins("cvt.u64.u32 %s, %s", t, tid)
 	f.ins("add.s64 %s, %s, %s", g, g, t)
 	f.ins("mul.wide.u32 %s, %s, %s", n, nctaid, ntid)
+	if f.width > 1 {
+		// a group of width threads runs each iteration; g is the group now
+		f.lane = f.reg(c64)
+		f.ins("and.b64 %s, %s, %d", f.lane, g, f.width-1)
+		f.ins("shr.u64 %s, %s, %d", g, g, log2(f.width))
+		f.ins("shr.u64 %s, %s, %d", n, n, log2(f.width))
+		f.laneMask(tid)
+	}
 	if s.Step != 1 {
 		f.ins("mul.lo.s64 %s, %s, %d", g, g, s.Step)
 		f.ins("mul.lo.s64 %s, %s, %d", n, n, s.Step)

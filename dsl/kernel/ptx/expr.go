@@ -478,14 +478,15 @@ func (f *fn) tof16(a string) string {
 }
 
 // load reads an element, or assembles a little-endian U16/U32 from the
-// bytes of a U8 buffer (their alignment is unknown, so one byte at a time).
+// bytes of a U8 buffer (their alignment is unknown, so one byte at a time,
+// unless the load is Aligned).
 func (f *fn) load(e kernel.Expr) string {
 	b := f.buf(e.Buf)
 	if b == nil {
 		return "%err"
 	}
 	base, off := f.addr(b, e.Args[0], e.Buf.Elem.Bytes())
-	if e.Kind == e.Buf.Elem {
+	if e.Kind == e.Buf.Elem || e.Aligned { // an aligned U16/U32 of a byte buffer is one access
 		r := f.reg(classOf(e.Kind))
 		f.ins("ld.global.%s %s, %s", memType[e.Kind], r, at(base, off))
 		return r

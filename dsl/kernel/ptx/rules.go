@@ -77,15 +77,24 @@ type Launch struct {
 	// Loop names the ParallelFor whose iterations are spread over the grid's
 	// threads; "" when the kernel runs on thread 0 (other threads exit).
 	Loop string
+	// Group is the threads that run each grid iteration together (the
+	// width of the kernel's cooperative loops, 1 without): the CTA size
+	// must be a multiple of it (of 32 too where it is over 32, and exactly
+	// it then). Without a grid loop, threads 0..Group-1 of CTA 0 work.
+	Group int
 }
 
 // Plan is the launch of k rendered for t.
 func Plan(k *kernel.Kernel, t Target) (Launch, error) {
-	_, g, err := lower(k, t)
-	if err != nil || g == nil {
+	lk, g, err := lower(k, t)
+	if err != nil {
 		return Launch{}, err
 	}
-	return Launch{Loop: g.Var.Name}, nil
+	l := Launch{Group: width(lk.Body)}
+	if g != nil {
+		l.Loop = g.Var.Name
+	}
+	return l, nil
 }
 
 // Elems stands for a buffer of n elements in Threads' arguments, when the
@@ -93,7 +102,8 @@ func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 type Elems int
 
 // Threads is how many threads k, rendered for t, can keep busy with these
-// arguments: the grid loop's trip count, or 1 for a one-thread kernel. args
+// arguments: the grid loop's trip count times the group (Launch.Group),
+// or the group for a kernel without a grid loop. args
 // follow k.Params as kernel.Run's do, except that a buffer may be any slice
 // or an Elems. Launching fewer threads is correct (each loops), more is
 // harmless.
@@ -102,8 +112,9 @@ func Threads(k *kernel.Kernel, t Target, args ...any) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	w := width(lk.Body)
 	if g == nil {
-		return 1, nil
+		return w, nil
 	}
 	if len(args) != len(lk.Params) {
 		return 0, fmt.Errorf("ptx: kernel %s: %d arguments for %d parameters", k.Name, len(args), len(lk.Params))
@@ -140,7 +151,7 @@ func Threads(k *kernel.Kernel, t Target, args ...any) (int, error) {
 		return 0, fmt.Errorf("ptx: kernel %s: grid loop %s: %v", k.Name, g.Var.Name, h.err)
 	}
 	n := (hi - lo + int64(g.Step) - 1) / int64(g.Step)
-	return int(max(n, 1)), nil
+	return int(max(n, 1)) * w, nil
 }
 
 // host evaluates the integer expressions a grid loop's bounds are made of.

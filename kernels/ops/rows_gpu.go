@@ -1,0 +1,214 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/jitllm/jitllm/dsl"
+	k "github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// GPU-schedule kernels over many activation rows, for a prefill step of R
+// rows (runtime/gpuexec).
+
+// MatMulGroup is the activation rows a warp of MatMulWarpNAME or a thread of
+// MatMulRowsNAME multiplies at once: each
+// weight value is decoded once for all of them.
+const MatMulGroup = 8
+
+// MatMulWarp is MatMulWarpNAME(w []byte, x, y []float32, cols int): for
+// each of the len(x)/cols rows r of x, y[r·n+o] = row o of W dotted with
+// row r of x, n = len(y)/rows; a warp takes one weight row o and
+// MatMulGroup activation rows, lane u mod 32 unit u of the row (as
+// MatVecWarpNAME), so each row's sum is the mat-vec's bit for bit. The
+// types are WarpMatVecs' quantized ones.
+func MatMulWarp(name string) (*k.Kernel, bool) {
+	c, ok := map[string]warpCut{"Q4_K": cutQ4_K, "Q6_K": cutQ6_K, "Q8_0": cutQ8_0, "Q4_0": cutQ4_0}[name]
+	if !ok {
+		return nil, false
+	}
+	b := k.New("MatMulWarp" + name)
+	b.Doc("sets y[r*n+o] to row o of the " + name + " matrix w dotted with row r of x, a warp per (o, 8 rows).")
+	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	cols := b.Scalar("cols", k.Int)
+	nb := b.Let("nb", cols.Div(c.qk))
+	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
+	rows := b.Let("rows", x.Len().Div(cols))
+	n := b.Let("n", y.Len().Div(rows))
+	groups := b.Let("groups", rows.Add(MatMulGroup-1).Div(MatMulGroup))
+	b.ParallelFor("t", 0, groups.Mul(n), func(t k.Expr) {
+		o := b.Let("o", t.Rem(n))
+		r0 := b.Let("r0", t.Div(n).Mul(MatMulGroup))
+		var sums [MatMulGroup]*k.Var
+		for c := range sums {
+			sums[c] = b.Acc("sum", k.OpAdd, k.F(0))
+		}
+		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
+			i := b.Let("i", u.Div(c.units))
+			s := b.Let("s", u.Rem(c.units))
+			wb := b.View("wb", w, o.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+			var xbs [MatMulGroup]*k.Buf
+			for r := range xbs {
+				// rows past the last are the last again: computed, never stored
+				row := r0.Add(r).Min(rows.Sub(1))
+				xbs[r] = b.View("xb", x, row.Mul(cols).Add(i.Mul(c.qk)), c.qk)
+			}
+			c.unit(b, wb, s, func(j, v k.Expr) {
+				for r := range sums {
+					b.Fold(sums[r], v.Mul(xbs[r].At(j)))
+				}
+			})
+		})
+		storeRows(b, y, r0, rows, n, o, sums)
+	})
+	warpSched(b, "u")
+	return b.MustBuild(), true
+}
+
+// MatMulRows is MatMulRowsNAME(w []byte, x, y []float32, cols int), the
+// product MatMulWarp computes, for any BlockDecode, laid out the other way:
+// a thread per (weight row o, MatMulGroup activation rows), walking the
+// row's blocks in the decode's order (MatVec's order, each activation row
+// its own sum). Threads of a warp take consecutive weight rows, so their
+// reads of x are one address (a broadcast) while each reads its own
+// weight row; MatMulWarp instead spreads one weight row over the lanes and
+// reads x at 32 addresses a load.
+func MatMulRows(d BlockDecode) *k.Kernel {
+	b := k.New("MatMulRows" + d.Name)
+	b.Doc("sets y[r*n+o] to row o of the " + d.Name + " matrix w dotted with row r of x, a thread per (o, 8 rows).")
+	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	cols := b.Scalar("cols", k.Int)
+	nb := b.Let("nb", cols.Div(d.QK))
+	rowBytes := b.Let("rowBytes", nb.Mul(d.Bytes))
+	rows := b.Let("rows", x.Len().Div(cols))
+	n := b.Let("n", y.Len().Div(rows))
+	groups := b.Let("groups", rows.Add(MatMulGroup-1).Div(MatMulGroup))
+	b.ParallelFor("t", 0, groups.Mul(n), func(t k.Expr) {
+		o := b.Let("o", t.Rem(n))
+		r0 := b.Let("r0", t.Div(n).Mul(MatMulGroup))
+		var sums [MatMulGroup]*k.Var
+		for c := range sums {
+			sums[c] = b.Acc("sum", k.OpAdd, k.F(0))
+		}
+		b.For("blk", 0, nb, func(i k.Expr) {
+			wb := b.View("wb", w, o.Mul(rowBytes).Add(i.Mul(d.Bytes)), d.Bytes)
+			var xbs [MatMulGroup]*k.Buf
+			for r := range xbs {
+				row := r0.Add(r).Min(rows.Sub(1))
+				xbs[r] = b.View("xb", x, row.Mul(cols).Add(i.Mul(d.QK)), d.QK)
+			}
+			d.Decode(b, wb, func(j, v k.Expr) {
+				for r := range sums {
+					b.Fold(sums[r], v.Mul(xbs[r].At(j)))
+				}
+			})
+		})
+		storeRows(b, y, r0, rows, n, o, sums)
+	})
+	sched(b, d.Sched)
+	return b.MustBuild()
+}
+
+// storeRows stores sums[r] at y[(r0+r)·n+o] for the rows below rows.
+func storeRows(b *k.Builder, y *k.Buf, r0, rows, n, o k.Expr, sums [MatMulGroup]*k.Var) {
+	b.For("rr", r0, r0.Add(MatMulGroup).Min(rows), func(rr k.Expr) {
+		v := sums[MatMulGroup-1].Get()
+		for r := MatMulGroup - 2; r >= 0; r-- {
+			v = k.Select(rr.Eq(r0.Add(r)), sums[r].Get(), v)
+		}
+		b.Store(y, rr.Mul(n).Add(o), v)
+	})
+}
+
+// RMSNormRows is RMSNormRows(x, w, y []float32, eps float32, cols int) (w
+// absent unless weighted): RMSNormCTA on each row of cols values, one CTA
+// of NormThreads per row, with its bits.
+func RMSNormRows(weighted bool) *k.Kernel {
+	name := "RMSNormRows"
+	if !weighted {
+		name = "RMSNormRowsNoWeight"
+	}
+	b := k.New(name)
+	b.Doc("sets each row of y to the row of x over sqrt(mean(x²) + eps), times w where present, a CTA per row.")
+	x := b.Buffer("x", k.F32)
+	var w *k.Buf
+	if weighted {
+		w = b.Buffer("w", k.F32)
+	}
+	y := b.Buffer("y", k.F32)
+	eps := b.Scalar("eps", k.F32)
+	cols := b.Scalar("cols", k.Int)
+	b.ParallelFor("r", 0, x.Len().Div(cols), func(r k.Expr) {
+		base := b.Let("base", r.Mul(cols))
+		ss := b.Sum("ss", k.F64, 0, cols, func(i k.Expr) k.Expr {
+			xi := b.Let("xi", x.At(base.Add(i)))
+			return xi.Mul(xi).Cvt(k.F64)
+		})
+		mean := b.Let("mean", ss.Div(cols.Cvt(k.F64)).Cvt(k.F32))
+		scale := b.Let("scale", k.F(1).Div(mean.Add(eps).Sqrt()))
+		b.For("i", 0, cols, func(i k.Expr) {
+			v := x.At(base.Add(i)).Mul(scale)
+			if weighted {
+				v = v.Mul(w.At(i))
+			}
+			b.Store(y, base.Add(i), v)
+		})
+	})
+	b.Schedule("ss_i", k.LoopSchedule{Threads: NormThreads})
+	b.Schedule("i", k.LoopSchedule{Threads: NormThreads})
+	return b.MustBuild()
+}
+
+// CopyRow is CopyRow(x []float32, step []int32, y []float32): y = row
+// step[0] of x (rows of len(y) values): a prefill step's last real row,
+// the only one whose logits are wanted.
+func CopyRow() *k.Kernel {
+	b := k.New("CopyRow")
+	b.Doc("copies row step[0] of x into y.")
+	x, step, y := b.Buffer("x", k.F32), b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	base := b.Let("base", step.At(0).Cvt(k.Int).Mul(y.Len()))
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) { b.Store(y, i, x.At(base.Add(i))) })
+	return b.MustBuild()
+}
+
+// RopePosWarp is RopePos with one warp per (row, head) and rotation pair i
+// on lane i mod 32: the lane forms θ_i from the position by the same i f32
+// multiplications by thetaScale that RopePos's running product makes, so
+// the bits are RopePos's.
+func RopePosWarp(mode, dims int) *k.Kernel {
+	name := "RopeNormal"
+	if mode == dsl.RopeNeox {
+		name = "RopeNeox"
+	}
+	b := k.New(fmt.Sprintf("%sPosWarp%d", name, dims))
+	b.Doc("rotates the first dims values of each head of x into y by the step's position, a warp per head.")
+	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	step := b.Buffer("step", k.I32)
+	freqs := b.Buffer("freqs", k.F32)
+	hd, heads := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int)
+	ts, fs := b.Scalar("thetaScale", k.F32), b.Scalar("freqScale", k.F32)
+	half := dims / 2
+	b.ParallelFor("t", 0, x.Len().Div(hd), func(t k.Expr) {
+		o := b.Let("o", t.Mul(hd))
+		pos := b.Let("pos", step.At(1).Cvt(k.Int).Add(t.Div(heads)).Cvt(k.F32))
+		b.For("p", 0, half, func(i k.Expr) {
+			theta := b.Acc("theta", k.OpAdd, pos)
+			b.For("q", 0, i, func(k.Expr) { b.Set(theta, theta.Get().Mul(ts)) })
+			a := b.Let("a", theta.Get().Div(freqs.At(i)).Mul(fs))
+			c, s := b.Let("c", a.Cos()), b.Let("s", a.Sin())
+			var a0, a1 k.Expr
+			if mode == dsl.RopeNeox {
+				a0 = b.Let("a0", o.Add(i))
+				a1 = b.Let("a1", a0.Add(half))
+			} else {
+				a0 = b.Let("a0", o.Add(i.Mul(2)))
+				a1 = b.Let("a1", a0.Add(1))
+			}
+			x0, x1 := b.Let("x0", x.At(a0)), b.Let("x1", x.At(a1))
+			b.Store(y, a0, x0.Mul(c).Sub(x1.Mul(s)))
+			b.Store(y, a1, x0.Mul(s).Add(x1.Mul(c)))
+		})
+		b.For("i", dims, hd, func(i k.Expr) { b.Store(y, o.Add(i), x.At(o.Add(i))) })
+	})
+	warpSched(b, "p", "i")
+	return b.MustBuild()
+}

@@ -1,0 +1,175 @@
+package ops_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl"
+	k "github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/ops/opstest"
+	"github.com/jitllm/jitllm/kernels/quant"
+)
+
+// The warp mat-vecs compute the serial MatVec's function (each value
+// decoded with the same roundings) in the warp's order: equal up to f32
+// summation error, on rows of several widths.
+func TestMatVecWarp(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	serial := map[string]func() *k.Kernel{"F32": ops.MatVecF32, "F16": ops.MatVecF16}
+	for _, d := range ops.Blocks() {
+		serial[d.Name] = func() *k.Kernel { return ops.MatVec(d) }
+	}
+	for name, mk := range ops.WarpMatVecs() {
+		typ := opstest.Type(name)
+		for _, n := range []int{256, 2048, 4352} {
+			const rows = 9
+			var w []byte
+			for i := 0; i < rows; i++ {
+				w = append(w, opstest.Row(typ, n, nil, r)...)
+			}
+			x := opstest.Floats(n, 2, r)
+			want, got := make([]float32, rows), make([]float32, rows)
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			if err := k.Run(serial[name](), w, x, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Run(mk(), w, x, got); err != nil {
+				t.Fatal(err)
+			}
+			var scale float64
+			for i := 0; i < n; i++ {
+				scale += math.Abs(float64(x[i]))
+			}
+			for i := range got {
+				if d := math.Abs(float64(got[i] - want[i])); !(d <= 1e-5*scale) {
+					t.Errorf("%s n=%d row %d: warp %v, serial %v", name, n, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// The prefill products equal the mat-vecs row by row, bit for bit:
+// MatMulWarp the warp mat-vec's, MatMulRows the serial MatVec's, with a
+// row count that leaves a partial group.
+func TestMatMulRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	const n, out, rows = 512, 5, 11
+	for _, d := range ops.Blocks() {
+		var w []byte
+		for i := 0; i < out; i++ {
+			w = append(w, opstest.Row(opstest.Type(d.Name), n, nil, r)...)
+		}
+		x := opstest.Floats(rows*n, 1, r)
+		type form struct {
+			mm, mv *k.Kernel
+		}
+		forms := []form{{ops.MatMulRows(d), ops.MatVec(d)}}
+		if mw, ok := ops.MatMulWarp(d.Name); ok {
+			forms = append(forms, form{mw, ops.WarpMatVecs()[d.Name]()})
+		}
+		for _, f := range forms {
+			y := make([]float32, rows*out)
+			if err := k.Run(f.mm, w, x, y, n); err != nil {
+				t.Fatal(err)
+			}
+			for row := 0; row < rows; row++ {
+				want := make([]float32, out)
+				if err := k.Run(f.mv, w, x[row*n:(row+1)*n], want); err != nil {
+					t.Fatal(err)
+				}
+				for o := range want {
+					if math.Float32bits(y[row*out+o]) != math.Float32bits(want[o]) {
+						t.Fatalf("%s row %d out %d: %v, %s gives %v", f.mm.Name, row, o, y[row*out+o], f.mv.Name, want[o])
+					}
+				}
+			}
+		}
+	}
+}
+
+// AttentionWarp2 gives Attention's bits, and the cooperative QuantRound
+// and RMSNorm forms give their serial kernels' (RMSNorm to an f64 rounding).
+func TestWarpFormsMatchSerial(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const hd, heads, kvHeads, ctx, pos = 64, 8, 2, 80, 70
+	dim := kvHeads * hd
+	q := opstest.Floats(heads*hd, 1, r)
+	kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
+	for i := range kc {
+		kc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+		vc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+	}
+	step := []int32{0, pos}
+	want, got := make([]float32, len(q)), make([]float32, len(q))
+	if err := k.Run(ops.Attention(), q, kc, vc, want, step, hd, heads, heads/kvHeads, dim, float32(0.125)); err != nil {
+		t.Fatal(err)
+	}
+	sc := make([]float32, heads*ctx)
+	if err := k.Run(ops.AttentionWarp2(), q, kc, vc, got, step, sc, hd, heads, heads/kvHeads, dim, ctx, float32(0.125)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("attention value %d: warp %v, serial %v", i, got[i], want[i])
+		}
+	}
+
+	for _, mode := range []int{dsl.RopeNormal, dsl.RopeNeox} {
+		for _, dims := range []int{64, 32} {
+			const rhd, rheads = 64, 6
+			x := opstest.Floats(2*rheads*rhd, 2, r)
+			freqs := make([]float32, dims/2)
+			for i := range freqs {
+				freqs[i] = 1 + r.Float32()
+			}
+			a, b := make([]float32, len(x)), make([]float32, len(x))
+			st := []int32{0, 1234}
+			if err := k.Run(ops.RopePos(mode, dims), x, a, st, freqs, rhd, rheads, float32(0.8), float32(0.9)); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Run(ops.RopePosWarp(mode, dims), x, b, st, freqs, rhd, rheads, float32(0.8), float32(0.9)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("rope mode %d dims %d value %d: warp %v, serial %v", mode, dims, i, b[i], a[i])
+				}
+			}
+		}
+	}
+
+	x := opstest.Floats(4096, 3, r)
+	x[77] = -5 // a unique largest magnitude for Q8_K's first-max search
+	for _, mk := range []func() *k.Kernel{ops.QuantRoundQ8_0, ops.QuantRoundQ8_K} {
+		a, b := make([]float32, len(x)), make([]float32, len(x))
+		if err := k.Run(mk(), x, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(ops.QuantRoundWarp(mk()), x, b); err != nil {
+			t.Fatal(err)
+		}
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s value %d: warp %v, serial %v", mk().Name, i, b[i], a[i])
+			}
+		}
+	}
+	w := opstest.Floats(len(x), 1, r)
+	a, b := make([]float32, len(x)), make([]float32, len(x))
+	if err := k.Run(ops.RMSNorm(true), x, w, a, float32(1e-5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Run(ops.RMSNormCTA(true), x, w, b, float32(1e-5)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range a {
+		if d := math.Abs(float64(a[i] - b[i])); d > 1e-6*math.Abs(float64(a[i])) {
+			t.Fatalf("rmsnorm value %d: CTA %v, serial %v", i, b[i], a[i])
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package gpuexec
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/ops/opstest"
+	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/cuda"
+	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/weights"
+)
+
+// TestGPUKernelTimes logs where a decode step's time goes, kernel by
+// kernel (each launch repeated and timed on the host around a stream
+// sync, so launch overhead is included): on GPUEXEC_PROFILE_MODEL (a GGUF
+// path) or synthetic/tiny256-Q4_K_M.gguf, after a 64-token prompt.
+func TestGPUKernelTimes(t *testing.T) {
+	needGPU(t)
+	var m *exec.Model
+	if path := os.Getenv("GPUEXEC_PROFILE_MODEL"); path != "" {
+		src, err := weights.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		if m, err = exec.Load(src); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		m = loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	}
+	r := gpuRunner(t, m, exec.Options{Context: 1024})
+	r.SetGraphs(false)
+	toks := make([]int32, 64)
+	for i := range toks {
+		toks[i] = int32(1 + i%7)
+	}
+	if _, err := r.Forward(toks); err != nil {
+		t.Fatal(err)
+	}
+	const reps = 20
+	type stat struct {
+		name  string
+		n     int
+		total time.Duration
+	}
+	by := map[string]*stat{}
+	var all time.Duration
+	for i := range r.calls {
+		c := &r.calls[i]
+		name := r.p.launches[i].k.Name
+		if err := r.s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for j := 0; j < reps; j++ {
+			if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		el := time.Since(start) / reps
+		s := by[name]
+		if s == nil {
+			s = &stat{name: name}
+			by[name] = s
+		}
+		s.n++
+		s.total += el
+		all += el
+	}
+	var ss []*stat
+	for _, s := range by {
+		ss = append(ss, s)
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].total > ss[j].total })
+	t.Logf("%d launches a step, %v in all (each timed alone, launch overhead included)", len(r.calls), all)
+	for _, s := range ss {
+		t.Logf("%-22s %4d launches %10v  %5.1f%%  %8v each", s.name, s.n, s.total, 100*float64(s.total)/float64(all), s.total/time.Duration(s.n))
+	}
+
+	// the step's captured graph, timed on the device; then a graph of as
+	// many launches of the step's smallest kernel, for the cost of a node
+	small := 0
+	for i := range r.calls {
+		if r.calls[i].grid.X*r.calls[i].block.X < r.calls[small].grid.X*r.calls[small].block.X {
+			small = i
+		}
+	}
+	step, err := r.s.Capture(r.launchAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Destroy()
+	c := &r.calls[small]
+	tiny, err := r.s.Capture(func() error {
+		for range r.calls {
+			if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tiny.Destroy()
+	for _, g := range []struct {
+		name string
+		g    *cuda.Graph
+	}{{"the step's graph", step}, {fmt.Sprintf("%d launches of %s (%d threads)", len(r.calls), r.p.launches[small].k.Name, c.grid.X*c.block.X), tiny}} {
+		a, _ := r.c.NewEvent()
+		b, _ := r.c.NewEvent()
+		const n = 50
+		if err := g.g.Launch(r.s); err != nil {
+			t.Fatal(err)
+		}
+		a.Record(r.s)
+		for j := 0; j < n; j++ {
+			if err := g.g.Launch(r.s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Record(r.s)
+		if err := b.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := b.Since(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %.1f µs a replay on the device, %.2f µs a node", g.name, 1000*float64(ms)/n, 1000*float64(ms)/n/float64(len(r.calls)))
+		a.Destroy()
+		b.Destroy()
+	}
+}
+
+// TestGPUMatMulForms checks the two prefill products on the device against
+// the interpreter (a small case, bit for bit) and logs their times on a
+// 2048×2048 Q4_K matrix times 256 rows.
+func TestGPUMatMulForms(t *testing.T) {
+	needGPU(t)
+	c, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	mw, _ := ops.MatMulWarp("Q4_K")
+	forms := []*kernel.Kernel{mw, ops.MatMulRows(ops.Q4_K)}
+	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
+	src, err := ptx.Module(forms, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := c.LoadPTX(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Unload()
+	r := rand.New(rand.NewPCG(3, 4))
+	up := func(b []byte) cuda.Buffer {
+		d, err := c.Alloc(uint64(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Upload(b); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, size := range []struct{ n, out, rows int }{{512, 64, 11}, {2048, 2048, 256}} {
+		var w []byte
+		for i := 0; i < size.out; i++ {
+			w = append(w, opstest.Row(quant.Q4_K, size.n, nil, r)...)
+		}
+		x := opstest.Floats(size.rows*size.n, 1, r)
+		wd, xd := up(w), up(f32Bytes(x))
+		yd, err := c.Alloc(uint64(4 * size.rows * size.out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range forms {
+			fn, err := mod.Function(k.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cuda.NewArgs(7)
+			a.Set(0, wd.Ptr)
+			a.Set(1, uint64(len(w)))
+			a.Set(2, xd.Ptr)
+			a.Set(3, uint64(len(x)))
+			a.Set(4, yd.Ptr)
+			a.Set(5, uint64(size.rows*size.out))
+			a.Set(6, uint64(size.n))
+			th, err := ptx.Threads(k, tg, ptx.Elems(len(w)), ptx.Elems(len(x)), ptx.Elems(size.rows*size.out), size.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			block := min(th, threadsPerBlock)
+			grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
+			if err := fn.Launch(grid, blk, 0, s, a); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if size.rows < 100 {
+				got := make([]byte, 4*size.rows*size.out)
+				if err := yd.Download(got); err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float32, size.rows*size.out)
+				if err := kernel.Run(k, w, x, want, size.n); err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != string(f32Bytes(want)) {
+					t.Errorf("%s: the device differs from the interpreter", k.Name)
+				}
+				continue
+			}
+			e0, _ := c.NewEvent()
+			e1, _ := c.NewEvent()
+			const reps = 20
+			e0.Record(s)
+			for j := 0; j < reps; j++ {
+				if err := fn.Launch(grid, blk, 0, s, a); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e1.Record(s)
+			if err := e1.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			ms, _ := e1.Since(e0)
+			us := 1000 * float64(ms) / reps
+			flop := 2 * float64(size.n) * float64(size.out) * float64(size.rows)
+			t.Logf("%s %dx%d times %d rows: %.1f µs, %.2f TFLOP/s", k.Name, size.out, size.n, size.rows, us, flop/us/1e6)
+			e0.Destroy()
+			e1.Destroy()
+		}
+		wd.Free()
+		xd.Free()
+		yd.Free()
+	}
+}
