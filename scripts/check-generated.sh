@@ -10,5 +10,5 @@ git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parent
 status=0
 while IFS= read -r f; do
   if ! cmp -s "$f" "$tmp/$f"; then echo "stale generated file: $f (run make generate)"; status=1; fi
-done < <(grep -rl --include='*.go' --include='*.md' -e 'Code generated' . 2>/dev/null | grep -v '^./testdata' | sed 's#^\./##' || true)
+done < <(grep -rl --include='*.go' --include='*.md' --include='*.s' -e 'Code generated' . 2>/dev/null | grep -v '^./testdata' | sed 's#^\./##' || true)
 exit $status

@@ -127,7 +127,7 @@ func f32Op(op Op, a, b, c float32) float32 {
 	case OpNeg:
 		return -a
 	case OpFMA:
-		return float32(math.FMA(float64(a), float64(b), float64(c)))
+		return quant.FMA32(a, b, c) // rounded once, as the hardware does
 	case OpExp:
 		return float32(math.Exp(float64(a)))
 	case OpLog:

@@ -2,6 +2,8 @@
 
 package cpugen
 
+import "github.com/jitllm/jitllm/kernels/quant"
+
 import "math"
 
 // RopeNormalSeq rotates the first dims values of each head of x into y by its row's position rowPos[r].
@@ -151,196 +153,196 @@ func AttentionSeq(q []float32, kc []uint16, vc []uint16, y []float32, rowPos []i
 			dot63 := float32(0)
 			for i := 0; i < 0+((max((headDim-0), 0)/64)*64); i += 64 {
 				{
-					dot0 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+i]))), float64(f16tof32(kc[kb+i])), float64(dot0)))
+					dot0 = quant.FMA32(f16tof32(f32tof16(q[qo+i])), f16tof32(kc[kb+i]), dot0)
 				}
 				{
-					dot1 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+1)]))), float64(f16tof32(kc[kb+(i+1)])), float64(dot1)))
+					dot1 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+1)])), f16tof32(kc[kb+(i+1)]), dot1)
 				}
 				{
-					dot2 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+2)]))), float64(f16tof32(kc[kb+(i+2)])), float64(dot2)))
+					dot2 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+2)])), f16tof32(kc[kb+(i+2)]), dot2)
 				}
 				{
-					dot3 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+3)]))), float64(f16tof32(kc[kb+(i+3)])), float64(dot3)))
+					dot3 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+3)])), f16tof32(kc[kb+(i+3)]), dot3)
 				}
 				{
-					dot4 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+4)]))), float64(f16tof32(kc[kb+(i+4)])), float64(dot4)))
+					dot4 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+4)])), f16tof32(kc[kb+(i+4)]), dot4)
 				}
 				{
-					dot5 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+5)]))), float64(f16tof32(kc[kb+(i+5)])), float64(dot5)))
+					dot5 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+5)])), f16tof32(kc[kb+(i+5)]), dot5)
 				}
 				{
-					dot6 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+6)]))), float64(f16tof32(kc[kb+(i+6)])), float64(dot6)))
+					dot6 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+6)])), f16tof32(kc[kb+(i+6)]), dot6)
 				}
 				{
-					dot7 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+7)]))), float64(f16tof32(kc[kb+(i+7)])), float64(dot7)))
+					dot7 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+7)])), f16tof32(kc[kb+(i+7)]), dot7)
 				}
 				{
-					dot8 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+8)]))), float64(f16tof32(kc[kb+(i+8)])), float64(dot8)))
+					dot8 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+8)])), f16tof32(kc[kb+(i+8)]), dot8)
 				}
 				{
-					dot9 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+9)]))), float64(f16tof32(kc[kb+(i+9)])), float64(dot9)))
+					dot9 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+9)])), f16tof32(kc[kb+(i+9)]), dot9)
 				}
 				{
-					dot10 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+10)]))), float64(f16tof32(kc[kb+(i+10)])), float64(dot10)))
+					dot10 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+10)])), f16tof32(kc[kb+(i+10)]), dot10)
 				}
 				{
-					dot11 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+11)]))), float64(f16tof32(kc[kb+(i+11)])), float64(dot11)))
+					dot11 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+11)])), f16tof32(kc[kb+(i+11)]), dot11)
 				}
 				{
-					dot12 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+12)]))), float64(f16tof32(kc[kb+(i+12)])), float64(dot12)))
+					dot12 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+12)])), f16tof32(kc[kb+(i+12)]), dot12)
 				}
 				{
-					dot13 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+13)]))), float64(f16tof32(kc[kb+(i+13)])), float64(dot13)))
+					dot13 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+13)])), f16tof32(kc[kb+(i+13)]), dot13)
 				}
 				{
-					dot14 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+14)]))), float64(f16tof32(kc[kb+(i+14)])), float64(dot14)))
+					dot14 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+14)])), f16tof32(kc[kb+(i+14)]), dot14)
 				}
 				{
-					dot15 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+15)]))), float64(f16tof32(kc[kb+(i+15)])), float64(dot15)))
+					dot15 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+15)])), f16tof32(kc[kb+(i+15)]), dot15)
 				}
 				{
-					dot16 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+16)]))), float64(f16tof32(kc[kb+(i+16)])), float64(dot16)))
+					dot16 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+16)])), f16tof32(kc[kb+(i+16)]), dot16)
 				}
 				{
-					dot17 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+17)]))), float64(f16tof32(kc[kb+(i+17)])), float64(dot17)))
+					dot17 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+17)])), f16tof32(kc[kb+(i+17)]), dot17)
 				}
 				{
-					dot18 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+18)]))), float64(f16tof32(kc[kb+(i+18)])), float64(dot18)))
+					dot18 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+18)])), f16tof32(kc[kb+(i+18)]), dot18)
 				}
 				{
-					dot19 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+19)]))), float64(f16tof32(kc[kb+(i+19)])), float64(dot19)))
+					dot19 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+19)])), f16tof32(kc[kb+(i+19)]), dot19)
 				}
 				{
-					dot20 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+20)]))), float64(f16tof32(kc[kb+(i+20)])), float64(dot20)))
+					dot20 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+20)])), f16tof32(kc[kb+(i+20)]), dot20)
 				}
 				{
-					dot21 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+21)]))), float64(f16tof32(kc[kb+(i+21)])), float64(dot21)))
+					dot21 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+21)])), f16tof32(kc[kb+(i+21)]), dot21)
 				}
 				{
-					dot22 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+22)]))), float64(f16tof32(kc[kb+(i+22)])), float64(dot22)))
+					dot22 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+22)])), f16tof32(kc[kb+(i+22)]), dot22)
 				}
 				{
-					dot23 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+23)]))), float64(f16tof32(kc[kb+(i+23)])), float64(dot23)))
+					dot23 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+23)])), f16tof32(kc[kb+(i+23)]), dot23)
 				}
 				{
-					dot24 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+24)]))), float64(f16tof32(kc[kb+(i+24)])), float64(dot24)))
+					dot24 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+24)])), f16tof32(kc[kb+(i+24)]), dot24)
 				}
 				{
-					dot25 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+25)]))), float64(f16tof32(kc[kb+(i+25)])), float64(dot25)))
+					dot25 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+25)])), f16tof32(kc[kb+(i+25)]), dot25)
 				}
 				{
-					dot26 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+26)]))), float64(f16tof32(kc[kb+(i+26)])), float64(dot26)))
+					dot26 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+26)])), f16tof32(kc[kb+(i+26)]), dot26)
 				}
 				{
-					dot27 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+27)]))), float64(f16tof32(kc[kb+(i+27)])), float64(dot27)))
+					dot27 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+27)])), f16tof32(kc[kb+(i+27)]), dot27)
 				}
 				{
-					dot28 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+28)]))), float64(f16tof32(kc[kb+(i+28)])), float64(dot28)))
+					dot28 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+28)])), f16tof32(kc[kb+(i+28)]), dot28)
 				}
 				{
-					dot29 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+29)]))), float64(f16tof32(kc[kb+(i+29)])), float64(dot29)))
+					dot29 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+29)])), f16tof32(kc[kb+(i+29)]), dot29)
 				}
 				{
-					dot30 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+30)]))), float64(f16tof32(kc[kb+(i+30)])), float64(dot30)))
+					dot30 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+30)])), f16tof32(kc[kb+(i+30)]), dot30)
 				}
 				{
-					dot31 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+31)]))), float64(f16tof32(kc[kb+(i+31)])), float64(dot31)))
+					dot31 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+31)])), f16tof32(kc[kb+(i+31)]), dot31)
 				}
 				{
-					dot32 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+32)]))), float64(f16tof32(kc[kb+(i+32)])), float64(dot32)))
+					dot32 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+32)])), f16tof32(kc[kb+(i+32)]), dot32)
 				}
 				{
-					dot33 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+33)]))), float64(f16tof32(kc[kb+(i+33)])), float64(dot33)))
+					dot33 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+33)])), f16tof32(kc[kb+(i+33)]), dot33)
 				}
 				{
-					dot34 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+34)]))), float64(f16tof32(kc[kb+(i+34)])), float64(dot34)))
+					dot34 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+34)])), f16tof32(kc[kb+(i+34)]), dot34)
 				}
 				{
-					dot35 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+35)]))), float64(f16tof32(kc[kb+(i+35)])), float64(dot35)))
+					dot35 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+35)])), f16tof32(kc[kb+(i+35)]), dot35)
 				}
 				{
-					dot36 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+36)]))), float64(f16tof32(kc[kb+(i+36)])), float64(dot36)))
+					dot36 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+36)])), f16tof32(kc[kb+(i+36)]), dot36)
 				}
 				{
-					dot37 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+37)]))), float64(f16tof32(kc[kb+(i+37)])), float64(dot37)))
+					dot37 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+37)])), f16tof32(kc[kb+(i+37)]), dot37)
 				}
 				{
-					dot38 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+38)]))), float64(f16tof32(kc[kb+(i+38)])), float64(dot38)))
+					dot38 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+38)])), f16tof32(kc[kb+(i+38)]), dot38)
 				}
 				{
-					dot39 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+39)]))), float64(f16tof32(kc[kb+(i+39)])), float64(dot39)))
+					dot39 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+39)])), f16tof32(kc[kb+(i+39)]), dot39)
 				}
 				{
-					dot40 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+40)]))), float64(f16tof32(kc[kb+(i+40)])), float64(dot40)))
+					dot40 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+40)])), f16tof32(kc[kb+(i+40)]), dot40)
 				}
 				{
-					dot41 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+41)]))), float64(f16tof32(kc[kb+(i+41)])), float64(dot41)))
+					dot41 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+41)])), f16tof32(kc[kb+(i+41)]), dot41)
 				}
 				{
-					dot42 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+42)]))), float64(f16tof32(kc[kb+(i+42)])), float64(dot42)))
+					dot42 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+42)])), f16tof32(kc[kb+(i+42)]), dot42)
 				}
 				{
-					dot43 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+43)]))), float64(f16tof32(kc[kb+(i+43)])), float64(dot43)))
+					dot43 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+43)])), f16tof32(kc[kb+(i+43)]), dot43)
 				}
 				{
-					dot44 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+44)]))), float64(f16tof32(kc[kb+(i+44)])), float64(dot44)))
+					dot44 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+44)])), f16tof32(kc[kb+(i+44)]), dot44)
 				}
 				{
-					dot45 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+45)]))), float64(f16tof32(kc[kb+(i+45)])), float64(dot45)))
+					dot45 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+45)])), f16tof32(kc[kb+(i+45)]), dot45)
 				}
 				{
-					dot46 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+46)]))), float64(f16tof32(kc[kb+(i+46)])), float64(dot46)))
+					dot46 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+46)])), f16tof32(kc[kb+(i+46)]), dot46)
 				}
 				{
-					dot47 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+47)]))), float64(f16tof32(kc[kb+(i+47)])), float64(dot47)))
+					dot47 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+47)])), f16tof32(kc[kb+(i+47)]), dot47)
 				}
 				{
-					dot48 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+48)]))), float64(f16tof32(kc[kb+(i+48)])), float64(dot48)))
+					dot48 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+48)])), f16tof32(kc[kb+(i+48)]), dot48)
 				}
 				{
-					dot49 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+49)]))), float64(f16tof32(kc[kb+(i+49)])), float64(dot49)))
+					dot49 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+49)])), f16tof32(kc[kb+(i+49)]), dot49)
 				}
 				{
-					dot50 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+50)]))), float64(f16tof32(kc[kb+(i+50)])), float64(dot50)))
+					dot50 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+50)])), f16tof32(kc[kb+(i+50)]), dot50)
 				}
 				{
-					dot51 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+51)]))), float64(f16tof32(kc[kb+(i+51)])), float64(dot51)))
+					dot51 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+51)])), f16tof32(kc[kb+(i+51)]), dot51)
 				}
 				{
-					dot52 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+52)]))), float64(f16tof32(kc[kb+(i+52)])), float64(dot52)))
+					dot52 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+52)])), f16tof32(kc[kb+(i+52)]), dot52)
 				}
 				{
-					dot53 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+53)]))), float64(f16tof32(kc[kb+(i+53)])), float64(dot53)))
+					dot53 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+53)])), f16tof32(kc[kb+(i+53)]), dot53)
 				}
 				{
-					dot54 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+54)]))), float64(f16tof32(kc[kb+(i+54)])), float64(dot54)))
+					dot54 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+54)])), f16tof32(kc[kb+(i+54)]), dot54)
 				}
 				{
-					dot55 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+55)]))), float64(f16tof32(kc[kb+(i+55)])), float64(dot55)))
+					dot55 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+55)])), f16tof32(kc[kb+(i+55)]), dot55)
 				}
 				{
-					dot56 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+56)]))), float64(f16tof32(kc[kb+(i+56)])), float64(dot56)))
+					dot56 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+56)])), f16tof32(kc[kb+(i+56)]), dot56)
 				}
 				{
-					dot57 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+57)]))), float64(f16tof32(kc[kb+(i+57)])), float64(dot57)))
+					dot57 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+57)])), f16tof32(kc[kb+(i+57)]), dot57)
 				}
 				{
-					dot58 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+58)]))), float64(f16tof32(kc[kb+(i+58)])), float64(dot58)))
+					dot58 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+58)])), f16tof32(kc[kb+(i+58)]), dot58)
 				}
 				{
-					dot59 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+59)]))), float64(f16tof32(kc[kb+(i+59)])), float64(dot59)))
+					dot59 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+59)])), f16tof32(kc[kb+(i+59)]), dot59)
 				}
 				{
-					dot60 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+60)]))), float64(f16tof32(kc[kb+(i+60)])), float64(dot60)))
+					dot60 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+60)])), f16tof32(kc[kb+(i+60)]), dot60)
 				}
 				{
-					dot61 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+61)]))), float64(f16tof32(kc[kb+(i+61)])), float64(dot61)))
+					dot61 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+61)])), f16tof32(kc[kb+(i+61)]), dot61)
 				}
 				{
-					dot62 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+62)]))), float64(f16tof32(kc[kb+(i+62)])), float64(dot62)))
+					dot62 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+62)])), f16tof32(kc[kb+(i+62)]), dot62)
 				}
 				{
-					dot63 = float32(math.FMA(float64(f16tof32(f32tof16(q[qo+(i+63)]))), float64(f16tof32(kc[kb+(i+63)])), float64(dot63)))
+					dot63 = quant.FMA32(f16tof32(f32tof16(q[qo+(i+63)])), f16tof32(kc[kb+(i+63)]), dot63)
 				}
 			}
 			dot0 = float32(dot0 + dot32)
@@ -420,7 +422,7 @@ func AttentionSeq(q []float32, kc []uint16, vc []uint16, y []float32, rowPos []i
 			for d := 0; d < headDim; d++ {
 				acc := y[qo+d]
 				acc2 := sel(gt, f16tof32(f32tof16(float32(acc*ms))), acc)
-				y[qo+d] = f16tof32(f32tof16(float32(math.FMA(float64(f16tof32(vc[kb+d])), float64(vs), float64(acc2)))))
+				y[qo+d] = f16tof32(f32tof16(quant.FMA32(f16tof32(vc[kb+d]), vs, acc2)))
 			}
 			S = float32(float32(S*ms) + vs)
 		}

@@ -2,6 +2,8 @@
 
 package cpugen
 
+import "github.com/jitllm/jitllm/kernels/quant"
+
 import "math"
 
 // DotF32 is the dot product of the n-value F32 rows w and x, as ggml's scalar kernel.
@@ -1861,196 +1863,196 @@ func DotF32AVX512(n int, w []byte, x []byte) float32 {
 	sum63 := float32(0)
 	for i := 0; i < 0+((max((n-0), 0)/64)*64); i += 64 {
 		{
-			sum0 = float32(math.FMA(float64(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24)), float64(math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24)), float64(sum0)))
+			sum0 = quant.FMA32(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24), math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24), sum0)
 		}
 		{
-			sum1 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24)), float64(sum1)))
+			sum1 = quant.FMA32(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24), math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24), sum1)
 		}
 		{
-			sum2 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24)), float64(sum2)))
+			sum2 = quant.FMA32(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24), math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24), sum2)
 		}
 		{
-			sum3 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24)), float64(sum3)))
+			sum3 = quant.FMA32(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24), math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24), sum3)
 		}
 		{
-			sum4 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+4)*4])|uint32(w[((i+4)*4)+1])<<8|uint32(w[((i+4)*4)+2])<<16|uint32(w[((i+4)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+4)*4])|uint32(x[((i+4)*4)+1])<<8|uint32(x[((i+4)*4)+2])<<16|uint32(x[((i+4)*4)+3])<<24)), float64(sum4)))
+			sum4 = quant.FMA32(math.Float32frombits(uint32(w[(i+4)*4])|uint32(w[((i+4)*4)+1])<<8|uint32(w[((i+4)*4)+2])<<16|uint32(w[((i+4)*4)+3])<<24), math.Float32frombits(uint32(x[(i+4)*4])|uint32(x[((i+4)*4)+1])<<8|uint32(x[((i+4)*4)+2])<<16|uint32(x[((i+4)*4)+3])<<24), sum4)
 		}
 		{
-			sum5 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+5)*4])|uint32(w[((i+5)*4)+1])<<8|uint32(w[((i+5)*4)+2])<<16|uint32(w[((i+5)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+5)*4])|uint32(x[((i+5)*4)+1])<<8|uint32(x[((i+5)*4)+2])<<16|uint32(x[((i+5)*4)+3])<<24)), float64(sum5)))
+			sum5 = quant.FMA32(math.Float32frombits(uint32(w[(i+5)*4])|uint32(w[((i+5)*4)+1])<<8|uint32(w[((i+5)*4)+2])<<16|uint32(w[((i+5)*4)+3])<<24), math.Float32frombits(uint32(x[(i+5)*4])|uint32(x[((i+5)*4)+1])<<8|uint32(x[((i+5)*4)+2])<<16|uint32(x[((i+5)*4)+3])<<24), sum5)
 		}
 		{
-			sum6 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+6)*4])|uint32(w[((i+6)*4)+1])<<8|uint32(w[((i+6)*4)+2])<<16|uint32(w[((i+6)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+6)*4])|uint32(x[((i+6)*4)+1])<<8|uint32(x[((i+6)*4)+2])<<16|uint32(x[((i+6)*4)+3])<<24)), float64(sum6)))
+			sum6 = quant.FMA32(math.Float32frombits(uint32(w[(i+6)*4])|uint32(w[((i+6)*4)+1])<<8|uint32(w[((i+6)*4)+2])<<16|uint32(w[((i+6)*4)+3])<<24), math.Float32frombits(uint32(x[(i+6)*4])|uint32(x[((i+6)*4)+1])<<8|uint32(x[((i+6)*4)+2])<<16|uint32(x[((i+6)*4)+3])<<24), sum6)
 		}
 		{
-			sum7 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+7)*4])|uint32(w[((i+7)*4)+1])<<8|uint32(w[((i+7)*4)+2])<<16|uint32(w[((i+7)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+7)*4])|uint32(x[((i+7)*4)+1])<<8|uint32(x[((i+7)*4)+2])<<16|uint32(x[((i+7)*4)+3])<<24)), float64(sum7)))
+			sum7 = quant.FMA32(math.Float32frombits(uint32(w[(i+7)*4])|uint32(w[((i+7)*4)+1])<<8|uint32(w[((i+7)*4)+2])<<16|uint32(w[((i+7)*4)+3])<<24), math.Float32frombits(uint32(x[(i+7)*4])|uint32(x[((i+7)*4)+1])<<8|uint32(x[((i+7)*4)+2])<<16|uint32(x[((i+7)*4)+3])<<24), sum7)
 		}
 		{
-			sum8 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+8)*4])|uint32(w[((i+8)*4)+1])<<8|uint32(w[((i+8)*4)+2])<<16|uint32(w[((i+8)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+8)*4])|uint32(x[((i+8)*4)+1])<<8|uint32(x[((i+8)*4)+2])<<16|uint32(x[((i+8)*4)+3])<<24)), float64(sum8)))
+			sum8 = quant.FMA32(math.Float32frombits(uint32(w[(i+8)*4])|uint32(w[((i+8)*4)+1])<<8|uint32(w[((i+8)*4)+2])<<16|uint32(w[((i+8)*4)+3])<<24), math.Float32frombits(uint32(x[(i+8)*4])|uint32(x[((i+8)*4)+1])<<8|uint32(x[((i+8)*4)+2])<<16|uint32(x[((i+8)*4)+3])<<24), sum8)
 		}
 		{
-			sum9 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+9)*4])|uint32(w[((i+9)*4)+1])<<8|uint32(w[((i+9)*4)+2])<<16|uint32(w[((i+9)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+9)*4])|uint32(x[((i+9)*4)+1])<<8|uint32(x[((i+9)*4)+2])<<16|uint32(x[((i+9)*4)+3])<<24)), float64(sum9)))
+			sum9 = quant.FMA32(math.Float32frombits(uint32(w[(i+9)*4])|uint32(w[((i+9)*4)+1])<<8|uint32(w[((i+9)*4)+2])<<16|uint32(w[((i+9)*4)+3])<<24), math.Float32frombits(uint32(x[(i+9)*4])|uint32(x[((i+9)*4)+1])<<8|uint32(x[((i+9)*4)+2])<<16|uint32(x[((i+9)*4)+3])<<24), sum9)
 		}
 		{
-			sum10 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+10)*4])|uint32(w[((i+10)*4)+1])<<8|uint32(w[((i+10)*4)+2])<<16|uint32(w[((i+10)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+10)*4])|uint32(x[((i+10)*4)+1])<<8|uint32(x[((i+10)*4)+2])<<16|uint32(x[((i+10)*4)+3])<<24)), float64(sum10)))
+			sum10 = quant.FMA32(math.Float32frombits(uint32(w[(i+10)*4])|uint32(w[((i+10)*4)+1])<<8|uint32(w[((i+10)*4)+2])<<16|uint32(w[((i+10)*4)+3])<<24), math.Float32frombits(uint32(x[(i+10)*4])|uint32(x[((i+10)*4)+1])<<8|uint32(x[((i+10)*4)+2])<<16|uint32(x[((i+10)*4)+3])<<24), sum10)
 		}
 		{
-			sum11 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+11)*4])|uint32(w[((i+11)*4)+1])<<8|uint32(w[((i+11)*4)+2])<<16|uint32(w[((i+11)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+11)*4])|uint32(x[((i+11)*4)+1])<<8|uint32(x[((i+11)*4)+2])<<16|uint32(x[((i+11)*4)+3])<<24)), float64(sum11)))
+			sum11 = quant.FMA32(math.Float32frombits(uint32(w[(i+11)*4])|uint32(w[((i+11)*4)+1])<<8|uint32(w[((i+11)*4)+2])<<16|uint32(w[((i+11)*4)+3])<<24), math.Float32frombits(uint32(x[(i+11)*4])|uint32(x[((i+11)*4)+1])<<8|uint32(x[((i+11)*4)+2])<<16|uint32(x[((i+11)*4)+3])<<24), sum11)
 		}
 		{
-			sum12 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+12)*4])|uint32(w[((i+12)*4)+1])<<8|uint32(w[((i+12)*4)+2])<<16|uint32(w[((i+12)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+12)*4])|uint32(x[((i+12)*4)+1])<<8|uint32(x[((i+12)*4)+2])<<16|uint32(x[((i+12)*4)+3])<<24)), float64(sum12)))
+			sum12 = quant.FMA32(math.Float32frombits(uint32(w[(i+12)*4])|uint32(w[((i+12)*4)+1])<<8|uint32(w[((i+12)*4)+2])<<16|uint32(w[((i+12)*4)+3])<<24), math.Float32frombits(uint32(x[(i+12)*4])|uint32(x[((i+12)*4)+1])<<8|uint32(x[((i+12)*4)+2])<<16|uint32(x[((i+12)*4)+3])<<24), sum12)
 		}
 		{
-			sum13 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+13)*4])|uint32(w[((i+13)*4)+1])<<8|uint32(w[((i+13)*4)+2])<<16|uint32(w[((i+13)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+13)*4])|uint32(x[((i+13)*4)+1])<<8|uint32(x[((i+13)*4)+2])<<16|uint32(x[((i+13)*4)+3])<<24)), float64(sum13)))
+			sum13 = quant.FMA32(math.Float32frombits(uint32(w[(i+13)*4])|uint32(w[((i+13)*4)+1])<<8|uint32(w[((i+13)*4)+2])<<16|uint32(w[((i+13)*4)+3])<<24), math.Float32frombits(uint32(x[(i+13)*4])|uint32(x[((i+13)*4)+1])<<8|uint32(x[((i+13)*4)+2])<<16|uint32(x[((i+13)*4)+3])<<24), sum13)
 		}
 		{
-			sum14 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+14)*4])|uint32(w[((i+14)*4)+1])<<8|uint32(w[((i+14)*4)+2])<<16|uint32(w[((i+14)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+14)*4])|uint32(x[((i+14)*4)+1])<<8|uint32(x[((i+14)*4)+2])<<16|uint32(x[((i+14)*4)+3])<<24)), float64(sum14)))
+			sum14 = quant.FMA32(math.Float32frombits(uint32(w[(i+14)*4])|uint32(w[((i+14)*4)+1])<<8|uint32(w[((i+14)*4)+2])<<16|uint32(w[((i+14)*4)+3])<<24), math.Float32frombits(uint32(x[(i+14)*4])|uint32(x[((i+14)*4)+1])<<8|uint32(x[((i+14)*4)+2])<<16|uint32(x[((i+14)*4)+3])<<24), sum14)
 		}
 		{
-			sum15 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+15)*4])|uint32(w[((i+15)*4)+1])<<8|uint32(w[((i+15)*4)+2])<<16|uint32(w[((i+15)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+15)*4])|uint32(x[((i+15)*4)+1])<<8|uint32(x[((i+15)*4)+2])<<16|uint32(x[((i+15)*4)+3])<<24)), float64(sum15)))
+			sum15 = quant.FMA32(math.Float32frombits(uint32(w[(i+15)*4])|uint32(w[((i+15)*4)+1])<<8|uint32(w[((i+15)*4)+2])<<16|uint32(w[((i+15)*4)+3])<<24), math.Float32frombits(uint32(x[(i+15)*4])|uint32(x[((i+15)*4)+1])<<8|uint32(x[((i+15)*4)+2])<<16|uint32(x[((i+15)*4)+3])<<24), sum15)
 		}
 		{
-			sum16 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+16)*4])|uint32(w[((i+16)*4)+1])<<8|uint32(w[((i+16)*4)+2])<<16|uint32(w[((i+16)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+16)*4])|uint32(x[((i+16)*4)+1])<<8|uint32(x[((i+16)*4)+2])<<16|uint32(x[((i+16)*4)+3])<<24)), float64(sum16)))
+			sum16 = quant.FMA32(math.Float32frombits(uint32(w[(i+16)*4])|uint32(w[((i+16)*4)+1])<<8|uint32(w[((i+16)*4)+2])<<16|uint32(w[((i+16)*4)+3])<<24), math.Float32frombits(uint32(x[(i+16)*4])|uint32(x[((i+16)*4)+1])<<8|uint32(x[((i+16)*4)+2])<<16|uint32(x[((i+16)*4)+3])<<24), sum16)
 		}
 		{
-			sum17 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+17)*4])|uint32(w[((i+17)*4)+1])<<8|uint32(w[((i+17)*4)+2])<<16|uint32(w[((i+17)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+17)*4])|uint32(x[((i+17)*4)+1])<<8|uint32(x[((i+17)*4)+2])<<16|uint32(x[((i+17)*4)+3])<<24)), float64(sum17)))
+			sum17 = quant.FMA32(math.Float32frombits(uint32(w[(i+17)*4])|uint32(w[((i+17)*4)+1])<<8|uint32(w[((i+17)*4)+2])<<16|uint32(w[((i+17)*4)+3])<<24), math.Float32frombits(uint32(x[(i+17)*4])|uint32(x[((i+17)*4)+1])<<8|uint32(x[((i+17)*4)+2])<<16|uint32(x[((i+17)*4)+3])<<24), sum17)
 		}
 		{
-			sum18 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+18)*4])|uint32(w[((i+18)*4)+1])<<8|uint32(w[((i+18)*4)+2])<<16|uint32(w[((i+18)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+18)*4])|uint32(x[((i+18)*4)+1])<<8|uint32(x[((i+18)*4)+2])<<16|uint32(x[((i+18)*4)+3])<<24)), float64(sum18)))
+			sum18 = quant.FMA32(math.Float32frombits(uint32(w[(i+18)*4])|uint32(w[((i+18)*4)+1])<<8|uint32(w[((i+18)*4)+2])<<16|uint32(w[((i+18)*4)+3])<<24), math.Float32frombits(uint32(x[(i+18)*4])|uint32(x[((i+18)*4)+1])<<8|uint32(x[((i+18)*4)+2])<<16|uint32(x[((i+18)*4)+3])<<24), sum18)
 		}
 		{
-			sum19 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+19)*4])|uint32(w[((i+19)*4)+1])<<8|uint32(w[((i+19)*4)+2])<<16|uint32(w[((i+19)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+19)*4])|uint32(x[((i+19)*4)+1])<<8|uint32(x[((i+19)*4)+2])<<16|uint32(x[((i+19)*4)+3])<<24)), float64(sum19)))
+			sum19 = quant.FMA32(math.Float32frombits(uint32(w[(i+19)*4])|uint32(w[((i+19)*4)+1])<<8|uint32(w[((i+19)*4)+2])<<16|uint32(w[((i+19)*4)+3])<<24), math.Float32frombits(uint32(x[(i+19)*4])|uint32(x[((i+19)*4)+1])<<8|uint32(x[((i+19)*4)+2])<<16|uint32(x[((i+19)*4)+3])<<24), sum19)
 		}
 		{
-			sum20 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+20)*4])|uint32(w[((i+20)*4)+1])<<8|uint32(w[((i+20)*4)+2])<<16|uint32(w[((i+20)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+20)*4])|uint32(x[((i+20)*4)+1])<<8|uint32(x[((i+20)*4)+2])<<16|uint32(x[((i+20)*4)+3])<<24)), float64(sum20)))
+			sum20 = quant.FMA32(math.Float32frombits(uint32(w[(i+20)*4])|uint32(w[((i+20)*4)+1])<<8|uint32(w[((i+20)*4)+2])<<16|uint32(w[((i+20)*4)+3])<<24), math.Float32frombits(uint32(x[(i+20)*4])|uint32(x[((i+20)*4)+1])<<8|uint32(x[((i+20)*4)+2])<<16|uint32(x[((i+20)*4)+3])<<24), sum20)
 		}
 		{
-			sum21 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+21)*4])|uint32(w[((i+21)*4)+1])<<8|uint32(w[((i+21)*4)+2])<<16|uint32(w[((i+21)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+21)*4])|uint32(x[((i+21)*4)+1])<<8|uint32(x[((i+21)*4)+2])<<16|uint32(x[((i+21)*4)+3])<<24)), float64(sum21)))
+			sum21 = quant.FMA32(math.Float32frombits(uint32(w[(i+21)*4])|uint32(w[((i+21)*4)+1])<<8|uint32(w[((i+21)*4)+2])<<16|uint32(w[((i+21)*4)+3])<<24), math.Float32frombits(uint32(x[(i+21)*4])|uint32(x[((i+21)*4)+1])<<8|uint32(x[((i+21)*4)+2])<<16|uint32(x[((i+21)*4)+3])<<24), sum21)
 		}
 		{
-			sum22 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+22)*4])|uint32(w[((i+22)*4)+1])<<8|uint32(w[((i+22)*4)+2])<<16|uint32(w[((i+22)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+22)*4])|uint32(x[((i+22)*4)+1])<<8|uint32(x[((i+22)*4)+2])<<16|uint32(x[((i+22)*4)+3])<<24)), float64(sum22)))
+			sum22 = quant.FMA32(math.Float32frombits(uint32(w[(i+22)*4])|uint32(w[((i+22)*4)+1])<<8|uint32(w[((i+22)*4)+2])<<16|uint32(w[((i+22)*4)+3])<<24), math.Float32frombits(uint32(x[(i+22)*4])|uint32(x[((i+22)*4)+1])<<8|uint32(x[((i+22)*4)+2])<<16|uint32(x[((i+22)*4)+3])<<24), sum22)
 		}
 		{
-			sum23 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+23)*4])|uint32(w[((i+23)*4)+1])<<8|uint32(w[((i+23)*4)+2])<<16|uint32(w[((i+23)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+23)*4])|uint32(x[((i+23)*4)+1])<<8|uint32(x[((i+23)*4)+2])<<16|uint32(x[((i+23)*4)+3])<<24)), float64(sum23)))
+			sum23 = quant.FMA32(math.Float32frombits(uint32(w[(i+23)*4])|uint32(w[((i+23)*4)+1])<<8|uint32(w[((i+23)*4)+2])<<16|uint32(w[((i+23)*4)+3])<<24), math.Float32frombits(uint32(x[(i+23)*4])|uint32(x[((i+23)*4)+1])<<8|uint32(x[((i+23)*4)+2])<<16|uint32(x[((i+23)*4)+3])<<24), sum23)
 		}
 		{
-			sum24 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+24)*4])|uint32(w[((i+24)*4)+1])<<8|uint32(w[((i+24)*4)+2])<<16|uint32(w[((i+24)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+24)*4])|uint32(x[((i+24)*4)+1])<<8|uint32(x[((i+24)*4)+2])<<16|uint32(x[((i+24)*4)+3])<<24)), float64(sum24)))
+			sum24 = quant.FMA32(math.Float32frombits(uint32(w[(i+24)*4])|uint32(w[((i+24)*4)+1])<<8|uint32(w[((i+24)*4)+2])<<16|uint32(w[((i+24)*4)+3])<<24), math.Float32frombits(uint32(x[(i+24)*4])|uint32(x[((i+24)*4)+1])<<8|uint32(x[((i+24)*4)+2])<<16|uint32(x[((i+24)*4)+3])<<24), sum24)
 		}
 		{
-			sum25 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+25)*4])|uint32(w[((i+25)*4)+1])<<8|uint32(w[((i+25)*4)+2])<<16|uint32(w[((i+25)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+25)*4])|uint32(x[((i+25)*4)+1])<<8|uint32(x[((i+25)*4)+2])<<16|uint32(x[((i+25)*4)+3])<<24)), float64(sum25)))
+			sum25 = quant.FMA32(math.Float32frombits(uint32(w[(i+25)*4])|uint32(w[((i+25)*4)+1])<<8|uint32(w[((i+25)*4)+2])<<16|uint32(w[((i+25)*4)+3])<<24), math.Float32frombits(uint32(x[(i+25)*4])|uint32(x[((i+25)*4)+1])<<8|uint32(x[((i+25)*4)+2])<<16|uint32(x[((i+25)*4)+3])<<24), sum25)
 		}
 		{
-			sum26 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+26)*4])|uint32(w[((i+26)*4)+1])<<8|uint32(w[((i+26)*4)+2])<<16|uint32(w[((i+26)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+26)*4])|uint32(x[((i+26)*4)+1])<<8|uint32(x[((i+26)*4)+2])<<16|uint32(x[((i+26)*4)+3])<<24)), float64(sum26)))
+			sum26 = quant.FMA32(math.Float32frombits(uint32(w[(i+26)*4])|uint32(w[((i+26)*4)+1])<<8|uint32(w[((i+26)*4)+2])<<16|uint32(w[((i+26)*4)+3])<<24), math.Float32frombits(uint32(x[(i+26)*4])|uint32(x[((i+26)*4)+1])<<8|uint32(x[((i+26)*4)+2])<<16|uint32(x[((i+26)*4)+3])<<24), sum26)
 		}
 		{
-			sum27 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+27)*4])|uint32(w[((i+27)*4)+1])<<8|uint32(w[((i+27)*4)+2])<<16|uint32(w[((i+27)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+27)*4])|uint32(x[((i+27)*4)+1])<<8|uint32(x[((i+27)*4)+2])<<16|uint32(x[((i+27)*4)+3])<<24)), float64(sum27)))
+			sum27 = quant.FMA32(math.Float32frombits(uint32(w[(i+27)*4])|uint32(w[((i+27)*4)+1])<<8|uint32(w[((i+27)*4)+2])<<16|uint32(w[((i+27)*4)+3])<<24), math.Float32frombits(uint32(x[(i+27)*4])|uint32(x[((i+27)*4)+1])<<8|uint32(x[((i+27)*4)+2])<<16|uint32(x[((i+27)*4)+3])<<24), sum27)
 		}
 		{
-			sum28 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+28)*4])|uint32(w[((i+28)*4)+1])<<8|uint32(w[((i+28)*4)+2])<<16|uint32(w[((i+28)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+28)*4])|uint32(x[((i+28)*4)+1])<<8|uint32(x[((i+28)*4)+2])<<16|uint32(x[((i+28)*4)+3])<<24)), float64(sum28)))
+			sum28 = quant.FMA32(math.Float32frombits(uint32(w[(i+28)*4])|uint32(w[((i+28)*4)+1])<<8|uint32(w[((i+28)*4)+2])<<16|uint32(w[((i+28)*4)+3])<<24), math.Float32frombits(uint32(x[(i+28)*4])|uint32(x[((i+28)*4)+1])<<8|uint32(x[((i+28)*4)+2])<<16|uint32(x[((i+28)*4)+3])<<24), sum28)
 		}
 		{
-			sum29 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+29)*4])|uint32(w[((i+29)*4)+1])<<8|uint32(w[((i+29)*4)+2])<<16|uint32(w[((i+29)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+29)*4])|uint32(x[((i+29)*4)+1])<<8|uint32(x[((i+29)*4)+2])<<16|uint32(x[((i+29)*4)+3])<<24)), float64(sum29)))
+			sum29 = quant.FMA32(math.Float32frombits(uint32(w[(i+29)*4])|uint32(w[((i+29)*4)+1])<<8|uint32(w[((i+29)*4)+2])<<16|uint32(w[((i+29)*4)+3])<<24), math.Float32frombits(uint32(x[(i+29)*4])|uint32(x[((i+29)*4)+1])<<8|uint32(x[((i+29)*4)+2])<<16|uint32(x[((i+29)*4)+3])<<24), sum29)
 		}
 		{
-			sum30 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+30)*4])|uint32(w[((i+30)*4)+1])<<8|uint32(w[((i+30)*4)+2])<<16|uint32(w[((i+30)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+30)*4])|uint32(x[((i+30)*4)+1])<<8|uint32(x[((i+30)*4)+2])<<16|uint32(x[((i+30)*4)+3])<<24)), float64(sum30)))
+			sum30 = quant.FMA32(math.Float32frombits(uint32(w[(i+30)*4])|uint32(w[((i+30)*4)+1])<<8|uint32(w[((i+30)*4)+2])<<16|uint32(w[((i+30)*4)+3])<<24), math.Float32frombits(uint32(x[(i+30)*4])|uint32(x[((i+30)*4)+1])<<8|uint32(x[((i+30)*4)+2])<<16|uint32(x[((i+30)*4)+3])<<24), sum30)
 		}
 		{
-			sum31 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+31)*4])|uint32(w[((i+31)*4)+1])<<8|uint32(w[((i+31)*4)+2])<<16|uint32(w[((i+31)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+31)*4])|uint32(x[((i+31)*4)+1])<<8|uint32(x[((i+31)*4)+2])<<16|uint32(x[((i+31)*4)+3])<<24)), float64(sum31)))
+			sum31 = quant.FMA32(math.Float32frombits(uint32(w[(i+31)*4])|uint32(w[((i+31)*4)+1])<<8|uint32(w[((i+31)*4)+2])<<16|uint32(w[((i+31)*4)+3])<<24), math.Float32frombits(uint32(x[(i+31)*4])|uint32(x[((i+31)*4)+1])<<8|uint32(x[((i+31)*4)+2])<<16|uint32(x[((i+31)*4)+3])<<24), sum31)
 		}
 		{
-			sum32 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+32)*4])|uint32(w[((i+32)*4)+1])<<8|uint32(w[((i+32)*4)+2])<<16|uint32(w[((i+32)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+32)*4])|uint32(x[((i+32)*4)+1])<<8|uint32(x[((i+32)*4)+2])<<16|uint32(x[((i+32)*4)+3])<<24)), float64(sum32)))
+			sum32 = quant.FMA32(math.Float32frombits(uint32(w[(i+32)*4])|uint32(w[((i+32)*4)+1])<<8|uint32(w[((i+32)*4)+2])<<16|uint32(w[((i+32)*4)+3])<<24), math.Float32frombits(uint32(x[(i+32)*4])|uint32(x[((i+32)*4)+1])<<8|uint32(x[((i+32)*4)+2])<<16|uint32(x[((i+32)*4)+3])<<24), sum32)
 		}
 		{
-			sum33 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+33)*4])|uint32(w[((i+33)*4)+1])<<8|uint32(w[((i+33)*4)+2])<<16|uint32(w[((i+33)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+33)*4])|uint32(x[((i+33)*4)+1])<<8|uint32(x[((i+33)*4)+2])<<16|uint32(x[((i+33)*4)+3])<<24)), float64(sum33)))
+			sum33 = quant.FMA32(math.Float32frombits(uint32(w[(i+33)*4])|uint32(w[((i+33)*4)+1])<<8|uint32(w[((i+33)*4)+2])<<16|uint32(w[((i+33)*4)+3])<<24), math.Float32frombits(uint32(x[(i+33)*4])|uint32(x[((i+33)*4)+1])<<8|uint32(x[((i+33)*4)+2])<<16|uint32(x[((i+33)*4)+3])<<24), sum33)
 		}
 		{
-			sum34 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+34)*4])|uint32(w[((i+34)*4)+1])<<8|uint32(w[((i+34)*4)+2])<<16|uint32(w[((i+34)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+34)*4])|uint32(x[((i+34)*4)+1])<<8|uint32(x[((i+34)*4)+2])<<16|uint32(x[((i+34)*4)+3])<<24)), float64(sum34)))
+			sum34 = quant.FMA32(math.Float32frombits(uint32(w[(i+34)*4])|uint32(w[((i+34)*4)+1])<<8|uint32(w[((i+34)*4)+2])<<16|uint32(w[((i+34)*4)+3])<<24), math.Float32frombits(uint32(x[(i+34)*4])|uint32(x[((i+34)*4)+1])<<8|uint32(x[((i+34)*4)+2])<<16|uint32(x[((i+34)*4)+3])<<24), sum34)
 		}
 		{
-			sum35 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+35)*4])|uint32(w[((i+35)*4)+1])<<8|uint32(w[((i+35)*4)+2])<<16|uint32(w[((i+35)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+35)*4])|uint32(x[((i+35)*4)+1])<<8|uint32(x[((i+35)*4)+2])<<16|uint32(x[((i+35)*4)+3])<<24)), float64(sum35)))
+			sum35 = quant.FMA32(math.Float32frombits(uint32(w[(i+35)*4])|uint32(w[((i+35)*4)+1])<<8|uint32(w[((i+35)*4)+2])<<16|uint32(w[((i+35)*4)+3])<<24), math.Float32frombits(uint32(x[(i+35)*4])|uint32(x[((i+35)*4)+1])<<8|uint32(x[((i+35)*4)+2])<<16|uint32(x[((i+35)*4)+3])<<24), sum35)
 		}
 		{
-			sum36 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+36)*4])|uint32(w[((i+36)*4)+1])<<8|uint32(w[((i+36)*4)+2])<<16|uint32(w[((i+36)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+36)*4])|uint32(x[((i+36)*4)+1])<<8|uint32(x[((i+36)*4)+2])<<16|uint32(x[((i+36)*4)+3])<<24)), float64(sum36)))
+			sum36 = quant.FMA32(math.Float32frombits(uint32(w[(i+36)*4])|uint32(w[((i+36)*4)+1])<<8|uint32(w[((i+36)*4)+2])<<16|uint32(w[((i+36)*4)+3])<<24), math.Float32frombits(uint32(x[(i+36)*4])|uint32(x[((i+36)*4)+1])<<8|uint32(x[((i+36)*4)+2])<<16|uint32(x[((i+36)*4)+3])<<24), sum36)
 		}
 		{
-			sum37 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+37)*4])|uint32(w[((i+37)*4)+1])<<8|uint32(w[((i+37)*4)+2])<<16|uint32(w[((i+37)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+37)*4])|uint32(x[((i+37)*4)+1])<<8|uint32(x[((i+37)*4)+2])<<16|uint32(x[((i+37)*4)+3])<<24)), float64(sum37)))
+			sum37 = quant.FMA32(math.Float32frombits(uint32(w[(i+37)*4])|uint32(w[((i+37)*4)+1])<<8|uint32(w[((i+37)*4)+2])<<16|uint32(w[((i+37)*4)+3])<<24), math.Float32frombits(uint32(x[(i+37)*4])|uint32(x[((i+37)*4)+1])<<8|uint32(x[((i+37)*4)+2])<<16|uint32(x[((i+37)*4)+3])<<24), sum37)
 		}
 		{
-			sum38 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+38)*4])|uint32(w[((i+38)*4)+1])<<8|uint32(w[((i+38)*4)+2])<<16|uint32(w[((i+38)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+38)*4])|uint32(x[((i+38)*4)+1])<<8|uint32(x[((i+38)*4)+2])<<16|uint32(x[((i+38)*4)+3])<<24)), float64(sum38)))
+			sum38 = quant.FMA32(math.Float32frombits(uint32(w[(i+38)*4])|uint32(w[((i+38)*4)+1])<<8|uint32(w[((i+38)*4)+2])<<16|uint32(w[((i+38)*4)+3])<<24), math.Float32frombits(uint32(x[(i+38)*4])|uint32(x[((i+38)*4)+1])<<8|uint32(x[((i+38)*4)+2])<<16|uint32(x[((i+38)*4)+3])<<24), sum38)
 		}
 		{
-			sum39 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+39)*4])|uint32(w[((i+39)*4)+1])<<8|uint32(w[((i+39)*4)+2])<<16|uint32(w[((i+39)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+39)*4])|uint32(x[((i+39)*4)+1])<<8|uint32(x[((i+39)*4)+2])<<16|uint32(x[((i+39)*4)+3])<<24)), float64(sum39)))
+			sum39 = quant.FMA32(math.Float32frombits(uint32(w[(i+39)*4])|uint32(w[((i+39)*4)+1])<<8|uint32(w[((i+39)*4)+2])<<16|uint32(w[((i+39)*4)+3])<<24), math.Float32frombits(uint32(x[(i+39)*4])|uint32(x[((i+39)*4)+1])<<8|uint32(x[((i+39)*4)+2])<<16|uint32(x[((i+39)*4)+3])<<24), sum39)
 		}
 		{
-			sum40 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+40)*4])|uint32(w[((i+40)*4)+1])<<8|uint32(w[((i+40)*4)+2])<<16|uint32(w[((i+40)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+40)*4])|uint32(x[((i+40)*4)+1])<<8|uint32(x[((i+40)*4)+2])<<16|uint32(x[((i+40)*4)+3])<<24)), float64(sum40)))
+			sum40 = quant.FMA32(math.Float32frombits(uint32(w[(i+40)*4])|uint32(w[((i+40)*4)+1])<<8|uint32(w[((i+40)*4)+2])<<16|uint32(w[((i+40)*4)+3])<<24), math.Float32frombits(uint32(x[(i+40)*4])|uint32(x[((i+40)*4)+1])<<8|uint32(x[((i+40)*4)+2])<<16|uint32(x[((i+40)*4)+3])<<24), sum40)
 		}
 		{
-			sum41 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+41)*4])|uint32(w[((i+41)*4)+1])<<8|uint32(w[((i+41)*4)+2])<<16|uint32(w[((i+41)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+41)*4])|uint32(x[((i+41)*4)+1])<<8|uint32(x[((i+41)*4)+2])<<16|uint32(x[((i+41)*4)+3])<<24)), float64(sum41)))
+			sum41 = quant.FMA32(math.Float32frombits(uint32(w[(i+41)*4])|uint32(w[((i+41)*4)+1])<<8|uint32(w[((i+41)*4)+2])<<16|uint32(w[((i+41)*4)+3])<<24), math.Float32frombits(uint32(x[(i+41)*4])|uint32(x[((i+41)*4)+1])<<8|uint32(x[((i+41)*4)+2])<<16|uint32(x[((i+41)*4)+3])<<24), sum41)
 		}
 		{
-			sum42 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+42)*4])|uint32(w[((i+42)*4)+1])<<8|uint32(w[((i+42)*4)+2])<<16|uint32(w[((i+42)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+42)*4])|uint32(x[((i+42)*4)+1])<<8|uint32(x[((i+42)*4)+2])<<16|uint32(x[((i+42)*4)+3])<<24)), float64(sum42)))
+			sum42 = quant.FMA32(math.Float32frombits(uint32(w[(i+42)*4])|uint32(w[((i+42)*4)+1])<<8|uint32(w[((i+42)*4)+2])<<16|uint32(w[((i+42)*4)+3])<<24), math.Float32frombits(uint32(x[(i+42)*4])|uint32(x[((i+42)*4)+1])<<8|uint32(x[((i+42)*4)+2])<<16|uint32(x[((i+42)*4)+3])<<24), sum42)
 		}
 		{
-			sum43 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+43)*4])|uint32(w[((i+43)*4)+1])<<8|uint32(w[((i+43)*4)+2])<<16|uint32(w[((i+43)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+43)*4])|uint32(x[((i+43)*4)+1])<<8|uint32(x[((i+43)*4)+2])<<16|uint32(x[((i+43)*4)+3])<<24)), float64(sum43)))
+			sum43 = quant.FMA32(math.Float32frombits(uint32(w[(i+43)*4])|uint32(w[((i+43)*4)+1])<<8|uint32(w[((i+43)*4)+2])<<16|uint32(w[((i+43)*4)+3])<<24), math.Float32frombits(uint32(x[(i+43)*4])|uint32(x[((i+43)*4)+1])<<8|uint32(x[((i+43)*4)+2])<<16|uint32(x[((i+43)*4)+3])<<24), sum43)
 		}
 		{
-			sum44 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+44)*4])|uint32(w[((i+44)*4)+1])<<8|uint32(w[((i+44)*4)+2])<<16|uint32(w[((i+44)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+44)*4])|uint32(x[((i+44)*4)+1])<<8|uint32(x[((i+44)*4)+2])<<16|uint32(x[((i+44)*4)+3])<<24)), float64(sum44)))
+			sum44 = quant.FMA32(math.Float32frombits(uint32(w[(i+44)*4])|uint32(w[((i+44)*4)+1])<<8|uint32(w[((i+44)*4)+2])<<16|uint32(w[((i+44)*4)+3])<<24), math.Float32frombits(uint32(x[(i+44)*4])|uint32(x[((i+44)*4)+1])<<8|uint32(x[((i+44)*4)+2])<<16|uint32(x[((i+44)*4)+3])<<24), sum44)
 		}
 		{
-			sum45 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+45)*4])|uint32(w[((i+45)*4)+1])<<8|uint32(w[((i+45)*4)+2])<<16|uint32(w[((i+45)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+45)*4])|uint32(x[((i+45)*4)+1])<<8|uint32(x[((i+45)*4)+2])<<16|uint32(x[((i+45)*4)+3])<<24)), float64(sum45)))
+			sum45 = quant.FMA32(math.Float32frombits(uint32(w[(i+45)*4])|uint32(w[((i+45)*4)+1])<<8|uint32(w[((i+45)*4)+2])<<16|uint32(w[((i+45)*4)+3])<<24), math.Float32frombits(uint32(x[(i+45)*4])|uint32(x[((i+45)*4)+1])<<8|uint32(x[((i+45)*4)+2])<<16|uint32(x[((i+45)*4)+3])<<24), sum45)
 		}
 		{
-			sum46 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+46)*4])|uint32(w[((i+46)*4)+1])<<8|uint32(w[((i+46)*4)+2])<<16|uint32(w[((i+46)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+46)*4])|uint32(x[((i+46)*4)+1])<<8|uint32(x[((i+46)*4)+2])<<16|uint32(x[((i+46)*4)+3])<<24)), float64(sum46)))
+			sum46 = quant.FMA32(math.Float32frombits(uint32(w[(i+46)*4])|uint32(w[((i+46)*4)+1])<<8|uint32(w[((i+46)*4)+2])<<16|uint32(w[((i+46)*4)+3])<<24), math.Float32frombits(uint32(x[(i+46)*4])|uint32(x[((i+46)*4)+1])<<8|uint32(x[((i+46)*4)+2])<<16|uint32(x[((i+46)*4)+3])<<24), sum46)
 		}
 		{
-			sum47 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+47)*4])|uint32(w[((i+47)*4)+1])<<8|uint32(w[((i+47)*4)+2])<<16|uint32(w[((i+47)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+47)*4])|uint32(x[((i+47)*4)+1])<<8|uint32(x[((i+47)*4)+2])<<16|uint32(x[((i+47)*4)+3])<<24)), float64(sum47)))
+			sum47 = quant.FMA32(math.Float32frombits(uint32(w[(i+47)*4])|uint32(w[((i+47)*4)+1])<<8|uint32(w[((i+47)*4)+2])<<16|uint32(w[((i+47)*4)+3])<<24), math.Float32frombits(uint32(x[(i+47)*4])|uint32(x[((i+47)*4)+1])<<8|uint32(x[((i+47)*4)+2])<<16|uint32(x[((i+47)*4)+3])<<24), sum47)
 		}
 		{
-			sum48 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+48)*4])|uint32(w[((i+48)*4)+1])<<8|uint32(w[((i+48)*4)+2])<<16|uint32(w[((i+48)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+48)*4])|uint32(x[((i+48)*4)+1])<<8|uint32(x[((i+48)*4)+2])<<16|uint32(x[((i+48)*4)+3])<<24)), float64(sum48)))
+			sum48 = quant.FMA32(math.Float32frombits(uint32(w[(i+48)*4])|uint32(w[((i+48)*4)+1])<<8|uint32(w[((i+48)*4)+2])<<16|uint32(w[((i+48)*4)+3])<<24), math.Float32frombits(uint32(x[(i+48)*4])|uint32(x[((i+48)*4)+1])<<8|uint32(x[((i+48)*4)+2])<<16|uint32(x[((i+48)*4)+3])<<24), sum48)
 		}
 		{
-			sum49 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+49)*4])|uint32(w[((i+49)*4)+1])<<8|uint32(w[((i+49)*4)+2])<<16|uint32(w[((i+49)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+49)*4])|uint32(x[((i+49)*4)+1])<<8|uint32(x[((i+49)*4)+2])<<16|uint32(x[((i+49)*4)+3])<<24)), float64(sum49)))
+			sum49 = quant.FMA32(math.Float32frombits(uint32(w[(i+49)*4])|uint32(w[((i+49)*4)+1])<<8|uint32(w[((i+49)*4)+2])<<16|uint32(w[((i+49)*4)+3])<<24), math.Float32frombits(uint32(x[(i+49)*4])|uint32(x[((i+49)*4)+1])<<8|uint32(x[((i+49)*4)+2])<<16|uint32(x[((i+49)*4)+3])<<24), sum49)
 		}
 		{
-			sum50 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+50)*4])|uint32(w[((i+50)*4)+1])<<8|uint32(w[((i+50)*4)+2])<<16|uint32(w[((i+50)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+50)*4])|uint32(x[((i+50)*4)+1])<<8|uint32(x[((i+50)*4)+2])<<16|uint32(x[((i+50)*4)+3])<<24)), float64(sum50)))
+			sum50 = quant.FMA32(math.Float32frombits(uint32(w[(i+50)*4])|uint32(w[((i+50)*4)+1])<<8|uint32(w[((i+50)*4)+2])<<16|uint32(w[((i+50)*4)+3])<<24), math.Float32frombits(uint32(x[(i+50)*4])|uint32(x[((i+50)*4)+1])<<8|uint32(x[((i+50)*4)+2])<<16|uint32(x[((i+50)*4)+3])<<24), sum50)
 		}
 		{
-			sum51 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+51)*4])|uint32(w[((i+51)*4)+1])<<8|uint32(w[((i+51)*4)+2])<<16|uint32(w[((i+51)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+51)*4])|uint32(x[((i+51)*4)+1])<<8|uint32(x[((i+51)*4)+2])<<16|uint32(x[((i+51)*4)+3])<<24)), float64(sum51)))
+			sum51 = quant.FMA32(math.Float32frombits(uint32(w[(i+51)*4])|uint32(w[((i+51)*4)+1])<<8|uint32(w[((i+51)*4)+2])<<16|uint32(w[((i+51)*4)+3])<<24), math.Float32frombits(uint32(x[(i+51)*4])|uint32(x[((i+51)*4)+1])<<8|uint32(x[((i+51)*4)+2])<<16|uint32(x[((i+51)*4)+3])<<24), sum51)
 		}
 		{
-			sum52 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+52)*4])|uint32(w[((i+52)*4)+1])<<8|uint32(w[((i+52)*4)+2])<<16|uint32(w[((i+52)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+52)*4])|uint32(x[((i+52)*4)+1])<<8|uint32(x[((i+52)*4)+2])<<16|uint32(x[((i+52)*4)+3])<<24)), float64(sum52)))
+			sum52 = quant.FMA32(math.Float32frombits(uint32(w[(i+52)*4])|uint32(w[((i+52)*4)+1])<<8|uint32(w[((i+52)*4)+2])<<16|uint32(w[((i+52)*4)+3])<<24), math.Float32frombits(uint32(x[(i+52)*4])|uint32(x[((i+52)*4)+1])<<8|uint32(x[((i+52)*4)+2])<<16|uint32(x[((i+52)*4)+3])<<24), sum52)
 		}
 		{
-			sum53 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+53)*4])|uint32(w[((i+53)*4)+1])<<8|uint32(w[((i+53)*4)+2])<<16|uint32(w[((i+53)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+53)*4])|uint32(x[((i+53)*4)+1])<<8|uint32(x[((i+53)*4)+2])<<16|uint32(x[((i+53)*4)+3])<<24)), float64(sum53)))
+			sum53 = quant.FMA32(math.Float32frombits(uint32(w[(i+53)*4])|uint32(w[((i+53)*4)+1])<<8|uint32(w[((i+53)*4)+2])<<16|uint32(w[((i+53)*4)+3])<<24), math.Float32frombits(uint32(x[(i+53)*4])|uint32(x[((i+53)*4)+1])<<8|uint32(x[((i+53)*4)+2])<<16|uint32(x[((i+53)*4)+3])<<24), sum53)
 		}
 		{
-			sum54 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+54)*4])|uint32(w[((i+54)*4)+1])<<8|uint32(w[((i+54)*4)+2])<<16|uint32(w[((i+54)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+54)*4])|uint32(x[((i+54)*4)+1])<<8|uint32(x[((i+54)*4)+2])<<16|uint32(x[((i+54)*4)+3])<<24)), float64(sum54)))
+			sum54 = quant.FMA32(math.Float32frombits(uint32(w[(i+54)*4])|uint32(w[((i+54)*4)+1])<<8|uint32(w[((i+54)*4)+2])<<16|uint32(w[((i+54)*4)+3])<<24), math.Float32frombits(uint32(x[(i+54)*4])|uint32(x[((i+54)*4)+1])<<8|uint32(x[((i+54)*4)+2])<<16|uint32(x[((i+54)*4)+3])<<24), sum54)
 		}
 		{
-			sum55 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+55)*4])|uint32(w[((i+55)*4)+1])<<8|uint32(w[((i+55)*4)+2])<<16|uint32(w[((i+55)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+55)*4])|uint32(x[((i+55)*4)+1])<<8|uint32(x[((i+55)*4)+2])<<16|uint32(x[((i+55)*4)+3])<<24)), float64(sum55)))
+			sum55 = quant.FMA32(math.Float32frombits(uint32(w[(i+55)*4])|uint32(w[((i+55)*4)+1])<<8|uint32(w[((i+55)*4)+2])<<16|uint32(w[((i+55)*4)+3])<<24), math.Float32frombits(uint32(x[(i+55)*4])|uint32(x[((i+55)*4)+1])<<8|uint32(x[((i+55)*4)+2])<<16|uint32(x[((i+55)*4)+3])<<24), sum55)
 		}
 		{
-			sum56 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+56)*4])|uint32(w[((i+56)*4)+1])<<8|uint32(w[((i+56)*4)+2])<<16|uint32(w[((i+56)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+56)*4])|uint32(x[((i+56)*4)+1])<<8|uint32(x[((i+56)*4)+2])<<16|uint32(x[((i+56)*4)+3])<<24)), float64(sum56)))
+			sum56 = quant.FMA32(math.Float32frombits(uint32(w[(i+56)*4])|uint32(w[((i+56)*4)+1])<<8|uint32(w[((i+56)*4)+2])<<16|uint32(w[((i+56)*4)+3])<<24), math.Float32frombits(uint32(x[(i+56)*4])|uint32(x[((i+56)*4)+1])<<8|uint32(x[((i+56)*4)+2])<<16|uint32(x[((i+56)*4)+3])<<24), sum56)
 		}
 		{
-			sum57 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+57)*4])|uint32(w[((i+57)*4)+1])<<8|uint32(w[((i+57)*4)+2])<<16|uint32(w[((i+57)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+57)*4])|uint32(x[((i+57)*4)+1])<<8|uint32(x[((i+57)*4)+2])<<16|uint32(x[((i+57)*4)+3])<<24)), float64(sum57)))
+			sum57 = quant.FMA32(math.Float32frombits(uint32(w[(i+57)*4])|uint32(w[((i+57)*4)+1])<<8|uint32(w[((i+57)*4)+2])<<16|uint32(w[((i+57)*4)+3])<<24), math.Float32frombits(uint32(x[(i+57)*4])|uint32(x[((i+57)*4)+1])<<8|uint32(x[((i+57)*4)+2])<<16|uint32(x[((i+57)*4)+3])<<24), sum57)
 		}
 		{
-			sum58 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+58)*4])|uint32(w[((i+58)*4)+1])<<8|uint32(w[((i+58)*4)+2])<<16|uint32(w[((i+58)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+58)*4])|uint32(x[((i+58)*4)+1])<<8|uint32(x[((i+58)*4)+2])<<16|uint32(x[((i+58)*4)+3])<<24)), float64(sum58)))
+			sum58 = quant.FMA32(math.Float32frombits(uint32(w[(i+58)*4])|uint32(w[((i+58)*4)+1])<<8|uint32(w[((i+58)*4)+2])<<16|uint32(w[((i+58)*4)+3])<<24), math.Float32frombits(uint32(x[(i+58)*4])|uint32(x[((i+58)*4)+1])<<8|uint32(x[((i+58)*4)+2])<<16|uint32(x[((i+58)*4)+3])<<24), sum58)
 		}
 		{
-			sum59 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+59)*4])|uint32(w[((i+59)*4)+1])<<8|uint32(w[((i+59)*4)+2])<<16|uint32(w[((i+59)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+59)*4])|uint32(x[((i+59)*4)+1])<<8|uint32(x[((i+59)*4)+2])<<16|uint32(x[((i+59)*4)+3])<<24)), float64(sum59)))
+			sum59 = quant.FMA32(math.Float32frombits(uint32(w[(i+59)*4])|uint32(w[((i+59)*4)+1])<<8|uint32(w[((i+59)*4)+2])<<16|uint32(w[((i+59)*4)+3])<<24), math.Float32frombits(uint32(x[(i+59)*4])|uint32(x[((i+59)*4)+1])<<8|uint32(x[((i+59)*4)+2])<<16|uint32(x[((i+59)*4)+3])<<24), sum59)
 		}
 		{
-			sum60 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+60)*4])|uint32(w[((i+60)*4)+1])<<8|uint32(w[((i+60)*4)+2])<<16|uint32(w[((i+60)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+60)*4])|uint32(x[((i+60)*4)+1])<<8|uint32(x[((i+60)*4)+2])<<16|uint32(x[((i+60)*4)+3])<<24)), float64(sum60)))
+			sum60 = quant.FMA32(math.Float32frombits(uint32(w[(i+60)*4])|uint32(w[((i+60)*4)+1])<<8|uint32(w[((i+60)*4)+2])<<16|uint32(w[((i+60)*4)+3])<<24), math.Float32frombits(uint32(x[(i+60)*4])|uint32(x[((i+60)*4)+1])<<8|uint32(x[((i+60)*4)+2])<<16|uint32(x[((i+60)*4)+3])<<24), sum60)
 		}
 		{
-			sum61 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+61)*4])|uint32(w[((i+61)*4)+1])<<8|uint32(w[((i+61)*4)+2])<<16|uint32(w[((i+61)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+61)*4])|uint32(x[((i+61)*4)+1])<<8|uint32(x[((i+61)*4)+2])<<16|uint32(x[((i+61)*4)+3])<<24)), float64(sum61)))
+			sum61 = quant.FMA32(math.Float32frombits(uint32(w[(i+61)*4])|uint32(w[((i+61)*4)+1])<<8|uint32(w[((i+61)*4)+2])<<16|uint32(w[((i+61)*4)+3])<<24), math.Float32frombits(uint32(x[(i+61)*4])|uint32(x[((i+61)*4)+1])<<8|uint32(x[((i+61)*4)+2])<<16|uint32(x[((i+61)*4)+3])<<24), sum61)
 		}
 		{
-			sum62 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+62)*4])|uint32(w[((i+62)*4)+1])<<8|uint32(w[((i+62)*4)+2])<<16|uint32(w[((i+62)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+62)*4])|uint32(x[((i+62)*4)+1])<<8|uint32(x[((i+62)*4)+2])<<16|uint32(x[((i+62)*4)+3])<<24)), float64(sum62)))
+			sum62 = quant.FMA32(math.Float32frombits(uint32(w[(i+62)*4])|uint32(w[((i+62)*4)+1])<<8|uint32(w[((i+62)*4)+2])<<16|uint32(w[((i+62)*4)+3])<<24), math.Float32frombits(uint32(x[(i+62)*4])|uint32(x[((i+62)*4)+1])<<8|uint32(x[((i+62)*4)+2])<<16|uint32(x[((i+62)*4)+3])<<24), sum62)
 		}
 		{
-			sum63 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+63)*4])|uint32(w[((i+63)*4)+1])<<8|uint32(w[((i+63)*4)+2])<<16|uint32(w[((i+63)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+63)*4])|uint32(x[((i+63)*4)+1])<<8|uint32(x[((i+63)*4)+2])<<16|uint32(x[((i+63)*4)+3])<<24)), float64(sum63)))
+			sum63 = quant.FMA32(math.Float32frombits(uint32(w[(i+63)*4])|uint32(w[((i+63)*4)+1])<<8|uint32(w[((i+63)*4)+2])<<16|uint32(w[((i+63)*4)+3])<<24), math.Float32frombits(uint32(x[(i+63)*4])|uint32(x[((i+63)*4)+1])<<8|uint32(x[((i+63)*4)+2])<<16|uint32(x[((i+63)*4)+3])<<24), sum63)
 		}
 	}
 	sum0 = float32(sum0 + sum32)
@@ -2119,20 +2121,20 @@ func DotF32AVX512(n int, w []byte, x []byte) float32 {
 	sum = float32(sum + sum0)
 	for i := 0 + ((max((n-0), 0) / 64) * 64); i < n-3; i += 4 {
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24)), float64(math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24), math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24), sum)
 		}
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24), math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24), sum)
 		}
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24), math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24), sum)
 		}
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24), math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24), sum)
 		}
 	}
 	for i := (0 + ((max((n-0), 0) / 64) * 64)) + ((max((n-(0+((max((n-0), 0)/64)*64))), 0) / 4) * 4); i < n; i++ {
-		sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24)), float64(math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24)), float64(sum)))
+		sum = quant.FMA32(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24), math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24), sum)
 	}
 	return float32(float64(sum))
 }
@@ -2158,52 +2160,52 @@ func DotF32TinyBLAS(n int, w []byte, x []byte) float32 {
 	sum15 := float32(0)
 	for i := 0; i < 0+((max((n-0), 0)/16)*16); i += 16 {
 		{
-			sum0 = float32(math.FMA(float64(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24)), float64(math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24)), float64(sum0)))
+			sum0 = quant.FMA32(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24), math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24), sum0)
 		}
 		{
-			sum1 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24)), float64(sum1)))
+			sum1 = quant.FMA32(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24), math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24), sum1)
 		}
 		{
-			sum2 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24)), float64(sum2)))
+			sum2 = quant.FMA32(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24), math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24), sum2)
 		}
 		{
-			sum3 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24)), float64(sum3)))
+			sum3 = quant.FMA32(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24), math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24), sum3)
 		}
 		{
-			sum4 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+4)*4])|uint32(w[((i+4)*4)+1])<<8|uint32(w[((i+4)*4)+2])<<16|uint32(w[((i+4)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+4)*4])|uint32(x[((i+4)*4)+1])<<8|uint32(x[((i+4)*4)+2])<<16|uint32(x[((i+4)*4)+3])<<24)), float64(sum4)))
+			sum4 = quant.FMA32(math.Float32frombits(uint32(w[(i+4)*4])|uint32(w[((i+4)*4)+1])<<8|uint32(w[((i+4)*4)+2])<<16|uint32(w[((i+4)*4)+3])<<24), math.Float32frombits(uint32(x[(i+4)*4])|uint32(x[((i+4)*4)+1])<<8|uint32(x[((i+4)*4)+2])<<16|uint32(x[((i+4)*4)+3])<<24), sum4)
 		}
 		{
-			sum5 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+5)*4])|uint32(w[((i+5)*4)+1])<<8|uint32(w[((i+5)*4)+2])<<16|uint32(w[((i+5)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+5)*4])|uint32(x[((i+5)*4)+1])<<8|uint32(x[((i+5)*4)+2])<<16|uint32(x[((i+5)*4)+3])<<24)), float64(sum5)))
+			sum5 = quant.FMA32(math.Float32frombits(uint32(w[(i+5)*4])|uint32(w[((i+5)*4)+1])<<8|uint32(w[((i+5)*4)+2])<<16|uint32(w[((i+5)*4)+3])<<24), math.Float32frombits(uint32(x[(i+5)*4])|uint32(x[((i+5)*4)+1])<<8|uint32(x[((i+5)*4)+2])<<16|uint32(x[((i+5)*4)+3])<<24), sum5)
 		}
 		{
-			sum6 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+6)*4])|uint32(w[((i+6)*4)+1])<<8|uint32(w[((i+6)*4)+2])<<16|uint32(w[((i+6)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+6)*4])|uint32(x[((i+6)*4)+1])<<8|uint32(x[((i+6)*4)+2])<<16|uint32(x[((i+6)*4)+3])<<24)), float64(sum6)))
+			sum6 = quant.FMA32(math.Float32frombits(uint32(w[(i+6)*4])|uint32(w[((i+6)*4)+1])<<8|uint32(w[((i+6)*4)+2])<<16|uint32(w[((i+6)*4)+3])<<24), math.Float32frombits(uint32(x[(i+6)*4])|uint32(x[((i+6)*4)+1])<<8|uint32(x[((i+6)*4)+2])<<16|uint32(x[((i+6)*4)+3])<<24), sum6)
 		}
 		{
-			sum7 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+7)*4])|uint32(w[((i+7)*4)+1])<<8|uint32(w[((i+7)*4)+2])<<16|uint32(w[((i+7)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+7)*4])|uint32(x[((i+7)*4)+1])<<8|uint32(x[((i+7)*4)+2])<<16|uint32(x[((i+7)*4)+3])<<24)), float64(sum7)))
+			sum7 = quant.FMA32(math.Float32frombits(uint32(w[(i+7)*4])|uint32(w[((i+7)*4)+1])<<8|uint32(w[((i+7)*4)+2])<<16|uint32(w[((i+7)*4)+3])<<24), math.Float32frombits(uint32(x[(i+7)*4])|uint32(x[((i+7)*4)+1])<<8|uint32(x[((i+7)*4)+2])<<16|uint32(x[((i+7)*4)+3])<<24), sum7)
 		}
 		{
-			sum8 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+8)*4])|uint32(w[((i+8)*4)+1])<<8|uint32(w[((i+8)*4)+2])<<16|uint32(w[((i+8)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+8)*4])|uint32(x[((i+8)*4)+1])<<8|uint32(x[((i+8)*4)+2])<<16|uint32(x[((i+8)*4)+3])<<24)), float64(sum8)))
+			sum8 = quant.FMA32(math.Float32frombits(uint32(w[(i+8)*4])|uint32(w[((i+8)*4)+1])<<8|uint32(w[((i+8)*4)+2])<<16|uint32(w[((i+8)*4)+3])<<24), math.Float32frombits(uint32(x[(i+8)*4])|uint32(x[((i+8)*4)+1])<<8|uint32(x[((i+8)*4)+2])<<16|uint32(x[((i+8)*4)+3])<<24), sum8)
 		}
 		{
-			sum9 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+9)*4])|uint32(w[((i+9)*4)+1])<<8|uint32(w[((i+9)*4)+2])<<16|uint32(w[((i+9)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+9)*4])|uint32(x[((i+9)*4)+1])<<8|uint32(x[((i+9)*4)+2])<<16|uint32(x[((i+9)*4)+3])<<24)), float64(sum9)))
+			sum9 = quant.FMA32(math.Float32frombits(uint32(w[(i+9)*4])|uint32(w[((i+9)*4)+1])<<8|uint32(w[((i+9)*4)+2])<<16|uint32(w[((i+9)*4)+3])<<24), math.Float32frombits(uint32(x[(i+9)*4])|uint32(x[((i+9)*4)+1])<<8|uint32(x[((i+9)*4)+2])<<16|uint32(x[((i+9)*4)+3])<<24), sum9)
 		}
 		{
-			sum10 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+10)*4])|uint32(w[((i+10)*4)+1])<<8|uint32(w[((i+10)*4)+2])<<16|uint32(w[((i+10)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+10)*4])|uint32(x[((i+10)*4)+1])<<8|uint32(x[((i+10)*4)+2])<<16|uint32(x[((i+10)*4)+3])<<24)), float64(sum10)))
+			sum10 = quant.FMA32(math.Float32frombits(uint32(w[(i+10)*4])|uint32(w[((i+10)*4)+1])<<8|uint32(w[((i+10)*4)+2])<<16|uint32(w[((i+10)*4)+3])<<24), math.Float32frombits(uint32(x[(i+10)*4])|uint32(x[((i+10)*4)+1])<<8|uint32(x[((i+10)*4)+2])<<16|uint32(x[((i+10)*4)+3])<<24), sum10)
 		}
 		{
-			sum11 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+11)*4])|uint32(w[((i+11)*4)+1])<<8|uint32(w[((i+11)*4)+2])<<16|uint32(w[((i+11)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+11)*4])|uint32(x[((i+11)*4)+1])<<8|uint32(x[((i+11)*4)+2])<<16|uint32(x[((i+11)*4)+3])<<24)), float64(sum11)))
+			sum11 = quant.FMA32(math.Float32frombits(uint32(w[(i+11)*4])|uint32(w[((i+11)*4)+1])<<8|uint32(w[((i+11)*4)+2])<<16|uint32(w[((i+11)*4)+3])<<24), math.Float32frombits(uint32(x[(i+11)*4])|uint32(x[((i+11)*4)+1])<<8|uint32(x[((i+11)*4)+2])<<16|uint32(x[((i+11)*4)+3])<<24), sum11)
 		}
 		{
-			sum12 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+12)*4])|uint32(w[((i+12)*4)+1])<<8|uint32(w[((i+12)*4)+2])<<16|uint32(w[((i+12)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+12)*4])|uint32(x[((i+12)*4)+1])<<8|uint32(x[((i+12)*4)+2])<<16|uint32(x[((i+12)*4)+3])<<24)), float64(sum12)))
+			sum12 = quant.FMA32(math.Float32frombits(uint32(w[(i+12)*4])|uint32(w[((i+12)*4)+1])<<8|uint32(w[((i+12)*4)+2])<<16|uint32(w[((i+12)*4)+3])<<24), math.Float32frombits(uint32(x[(i+12)*4])|uint32(x[((i+12)*4)+1])<<8|uint32(x[((i+12)*4)+2])<<16|uint32(x[((i+12)*4)+3])<<24), sum12)
 		}
 		{
-			sum13 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+13)*4])|uint32(w[((i+13)*4)+1])<<8|uint32(w[((i+13)*4)+2])<<16|uint32(w[((i+13)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+13)*4])|uint32(x[((i+13)*4)+1])<<8|uint32(x[((i+13)*4)+2])<<16|uint32(x[((i+13)*4)+3])<<24)), float64(sum13)))
+			sum13 = quant.FMA32(math.Float32frombits(uint32(w[(i+13)*4])|uint32(w[((i+13)*4)+1])<<8|uint32(w[((i+13)*4)+2])<<16|uint32(w[((i+13)*4)+3])<<24), math.Float32frombits(uint32(x[(i+13)*4])|uint32(x[((i+13)*4)+1])<<8|uint32(x[((i+13)*4)+2])<<16|uint32(x[((i+13)*4)+3])<<24), sum13)
 		}
 		{
-			sum14 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+14)*4])|uint32(w[((i+14)*4)+1])<<8|uint32(w[((i+14)*4)+2])<<16|uint32(w[((i+14)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+14)*4])|uint32(x[((i+14)*4)+1])<<8|uint32(x[((i+14)*4)+2])<<16|uint32(x[((i+14)*4)+3])<<24)), float64(sum14)))
+			sum14 = quant.FMA32(math.Float32frombits(uint32(w[(i+14)*4])|uint32(w[((i+14)*4)+1])<<8|uint32(w[((i+14)*4)+2])<<16|uint32(w[((i+14)*4)+3])<<24), math.Float32frombits(uint32(x[(i+14)*4])|uint32(x[((i+14)*4)+1])<<8|uint32(x[((i+14)*4)+2])<<16|uint32(x[((i+14)*4)+3])<<24), sum14)
 		}
 		{
-			sum15 = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+15)*4])|uint32(w[((i+15)*4)+1])<<8|uint32(w[((i+15)*4)+2])<<16|uint32(w[((i+15)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+15)*4])|uint32(x[((i+15)*4)+1])<<8|uint32(x[((i+15)*4)+2])<<16|uint32(x[((i+15)*4)+3])<<24)), float64(sum15)))
+			sum15 = quant.FMA32(math.Float32frombits(uint32(w[(i+15)*4])|uint32(w[((i+15)*4)+1])<<8|uint32(w[((i+15)*4)+2])<<16|uint32(w[((i+15)*4)+3])<<24), math.Float32frombits(uint32(x[(i+15)*4])|uint32(x[((i+15)*4)+1])<<8|uint32(x[((i+15)*4)+2])<<16|uint32(x[((i+15)*4)+3])<<24), sum15)
 		}
 	}
 	sum0 = float32(sum0 + sum8)
@@ -2224,20 +2226,20 @@ func DotF32TinyBLAS(n int, w []byte, x []byte) float32 {
 	sum = float32(sum + sum0)
 	for i := 0 + ((max((n-0), 0) / 16) * 16); i < n-3; i += 4 {
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24)), float64(math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24), math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24), sum)
 		}
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[(i+1)*4])|uint32(w[((i+1)*4)+1])<<8|uint32(w[((i+1)*4)+2])<<16|uint32(w[((i+1)*4)+3])<<24), math.Float32frombits(uint32(x[(i+1)*4])|uint32(x[((i+1)*4)+1])<<8|uint32(x[((i+1)*4)+2])<<16|uint32(x[((i+1)*4)+3])<<24), sum)
 		}
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[(i+2)*4])|uint32(w[((i+2)*4)+1])<<8|uint32(w[((i+2)*4)+2])<<16|uint32(w[((i+2)*4)+3])<<24), math.Float32frombits(uint32(x[(i+2)*4])|uint32(x[((i+2)*4)+1])<<8|uint32(x[((i+2)*4)+2])<<16|uint32(x[((i+2)*4)+3])<<24), sum)
 		}
 		{
-			sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24)), float64(math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24)), float64(sum)))
+			sum = quant.FMA32(math.Float32frombits(uint32(w[(i+3)*4])|uint32(w[((i+3)*4)+1])<<8|uint32(w[((i+3)*4)+2])<<16|uint32(w[((i+3)*4)+3])<<24), math.Float32frombits(uint32(x[(i+3)*4])|uint32(x[((i+3)*4)+1])<<8|uint32(x[((i+3)*4)+2])<<16|uint32(x[((i+3)*4)+3])<<24), sum)
 		}
 	}
 	for i := (0 + ((max((n-0), 0) / 16) * 16)) + ((max((n-(0+((max((n-0), 0)/16)*16))), 0) / 4) * 4); i < n; i++ {
-		sum = float32(math.FMA(float64(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24)), float64(math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24)), float64(sum)))
+		sum = quant.FMA32(math.Float32frombits(uint32(w[i*4])|uint32(w[(i*4)+1])<<8|uint32(w[(i*4)+2])<<16|uint32(w[(i*4)+3])<<24), math.Float32frombits(uint32(x[i*4])|uint32(x[(i*4)+1])<<8|uint32(x[(i*4)+2])<<16|uint32(x[(i*4)+3])<<24), sum)
 	}
 	return float32(float64(sum))
 }
@@ -2311,196 +2313,196 @@ func DotF16AVX512(n int, w []byte, x []byte) float32 {
 	sum63 := float32(0)
 	for i := 0; i < 0+((max((n-0), 0)/64)*64); i += 64 {
 		{
-			sum0 = float32(math.FMA(float64(f16tof32(uint16(w[i*2])|uint16(w[(i*2)+1])<<8)), float64(f16tof32(uint16(x[i*2])|uint16(x[(i*2)+1])<<8)), float64(sum0)))
+			sum0 = quant.FMA32(f16tof32(uint16(w[i*2])|uint16(w[(i*2)+1])<<8), f16tof32(uint16(x[i*2])|uint16(x[(i*2)+1])<<8), sum0)
 		}
 		{
-			sum1 = float32(math.FMA(float64(f16tof32(uint16(w[(i+1)*2])|uint16(w[((i+1)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+1)*2])|uint16(x[((i+1)*2)+1])<<8)), float64(sum1)))
+			sum1 = quant.FMA32(f16tof32(uint16(w[(i+1)*2])|uint16(w[((i+1)*2)+1])<<8), f16tof32(uint16(x[(i+1)*2])|uint16(x[((i+1)*2)+1])<<8), sum1)
 		}
 		{
-			sum2 = float32(math.FMA(float64(f16tof32(uint16(w[(i+2)*2])|uint16(w[((i+2)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+2)*2])|uint16(x[((i+2)*2)+1])<<8)), float64(sum2)))
+			sum2 = quant.FMA32(f16tof32(uint16(w[(i+2)*2])|uint16(w[((i+2)*2)+1])<<8), f16tof32(uint16(x[(i+2)*2])|uint16(x[((i+2)*2)+1])<<8), sum2)
 		}
 		{
-			sum3 = float32(math.FMA(float64(f16tof32(uint16(w[(i+3)*2])|uint16(w[((i+3)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+3)*2])|uint16(x[((i+3)*2)+1])<<8)), float64(sum3)))
+			sum3 = quant.FMA32(f16tof32(uint16(w[(i+3)*2])|uint16(w[((i+3)*2)+1])<<8), f16tof32(uint16(x[(i+3)*2])|uint16(x[((i+3)*2)+1])<<8), sum3)
 		}
 		{
-			sum4 = float32(math.FMA(float64(f16tof32(uint16(w[(i+4)*2])|uint16(w[((i+4)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+4)*2])|uint16(x[((i+4)*2)+1])<<8)), float64(sum4)))
+			sum4 = quant.FMA32(f16tof32(uint16(w[(i+4)*2])|uint16(w[((i+4)*2)+1])<<8), f16tof32(uint16(x[(i+4)*2])|uint16(x[((i+4)*2)+1])<<8), sum4)
 		}
 		{
-			sum5 = float32(math.FMA(float64(f16tof32(uint16(w[(i+5)*2])|uint16(w[((i+5)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+5)*2])|uint16(x[((i+5)*2)+1])<<8)), float64(sum5)))
+			sum5 = quant.FMA32(f16tof32(uint16(w[(i+5)*2])|uint16(w[((i+5)*2)+1])<<8), f16tof32(uint16(x[(i+5)*2])|uint16(x[((i+5)*2)+1])<<8), sum5)
 		}
 		{
-			sum6 = float32(math.FMA(float64(f16tof32(uint16(w[(i+6)*2])|uint16(w[((i+6)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+6)*2])|uint16(x[((i+6)*2)+1])<<8)), float64(sum6)))
+			sum6 = quant.FMA32(f16tof32(uint16(w[(i+6)*2])|uint16(w[((i+6)*2)+1])<<8), f16tof32(uint16(x[(i+6)*2])|uint16(x[((i+6)*2)+1])<<8), sum6)
 		}
 		{
-			sum7 = float32(math.FMA(float64(f16tof32(uint16(w[(i+7)*2])|uint16(w[((i+7)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+7)*2])|uint16(x[((i+7)*2)+1])<<8)), float64(sum7)))
+			sum7 = quant.FMA32(f16tof32(uint16(w[(i+7)*2])|uint16(w[((i+7)*2)+1])<<8), f16tof32(uint16(x[(i+7)*2])|uint16(x[((i+7)*2)+1])<<8), sum7)
 		}
 		{
-			sum8 = float32(math.FMA(float64(f16tof32(uint16(w[(i+8)*2])|uint16(w[((i+8)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+8)*2])|uint16(x[((i+8)*2)+1])<<8)), float64(sum8)))
+			sum8 = quant.FMA32(f16tof32(uint16(w[(i+8)*2])|uint16(w[((i+8)*2)+1])<<8), f16tof32(uint16(x[(i+8)*2])|uint16(x[((i+8)*2)+1])<<8), sum8)
 		}
 		{
-			sum9 = float32(math.FMA(float64(f16tof32(uint16(w[(i+9)*2])|uint16(w[((i+9)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+9)*2])|uint16(x[((i+9)*2)+1])<<8)), float64(sum9)))
+			sum9 = quant.FMA32(f16tof32(uint16(w[(i+9)*2])|uint16(w[((i+9)*2)+1])<<8), f16tof32(uint16(x[(i+9)*2])|uint16(x[((i+9)*2)+1])<<8), sum9)
 		}
 		{
-			sum10 = float32(math.FMA(float64(f16tof32(uint16(w[(i+10)*2])|uint16(w[((i+10)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+10)*2])|uint16(x[((i+10)*2)+1])<<8)), float64(sum10)))
+			sum10 = quant.FMA32(f16tof32(uint16(w[(i+10)*2])|uint16(w[((i+10)*2)+1])<<8), f16tof32(uint16(x[(i+10)*2])|uint16(x[((i+10)*2)+1])<<8), sum10)
 		}
 		{
-			sum11 = float32(math.FMA(float64(f16tof32(uint16(w[(i+11)*2])|uint16(w[((i+11)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+11)*2])|uint16(x[((i+11)*2)+1])<<8)), float64(sum11)))
+			sum11 = quant.FMA32(f16tof32(uint16(w[(i+11)*2])|uint16(w[((i+11)*2)+1])<<8), f16tof32(uint16(x[(i+11)*2])|uint16(x[((i+11)*2)+1])<<8), sum11)
 		}
 		{
-			sum12 = float32(math.FMA(float64(f16tof32(uint16(w[(i+12)*2])|uint16(w[((i+12)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+12)*2])|uint16(x[((i+12)*2)+1])<<8)), float64(sum12)))
+			sum12 = quant.FMA32(f16tof32(uint16(w[(i+12)*2])|uint16(w[((i+12)*2)+1])<<8), f16tof32(uint16(x[(i+12)*2])|uint16(x[((i+12)*2)+1])<<8), sum12)
 		}
 		{
-			sum13 = float32(math.FMA(float64(f16tof32(uint16(w[(i+13)*2])|uint16(w[((i+13)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+13)*2])|uint16(x[((i+13)*2)+1])<<8)), float64(sum13)))
+			sum13 = quant.FMA32(f16tof32(uint16(w[(i+13)*2])|uint16(w[((i+13)*2)+1])<<8), f16tof32(uint16(x[(i+13)*2])|uint16(x[((i+13)*2)+1])<<8), sum13)
 		}
 		{
-			sum14 = float32(math.FMA(float64(f16tof32(uint16(w[(i+14)*2])|uint16(w[((i+14)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+14)*2])|uint16(x[((i+14)*2)+1])<<8)), float64(sum14)))
+			sum14 = quant.FMA32(f16tof32(uint16(w[(i+14)*2])|uint16(w[((i+14)*2)+1])<<8), f16tof32(uint16(x[(i+14)*2])|uint16(x[((i+14)*2)+1])<<8), sum14)
 		}
 		{
-			sum15 = float32(math.FMA(float64(f16tof32(uint16(w[(i+15)*2])|uint16(w[((i+15)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+15)*2])|uint16(x[((i+15)*2)+1])<<8)), float64(sum15)))
+			sum15 = quant.FMA32(f16tof32(uint16(w[(i+15)*2])|uint16(w[((i+15)*2)+1])<<8), f16tof32(uint16(x[(i+15)*2])|uint16(x[((i+15)*2)+1])<<8), sum15)
 		}
 		{
-			sum16 = float32(math.FMA(float64(f16tof32(uint16(w[(i+16)*2])|uint16(w[((i+16)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+16)*2])|uint16(x[((i+16)*2)+1])<<8)), float64(sum16)))
+			sum16 = quant.FMA32(f16tof32(uint16(w[(i+16)*2])|uint16(w[((i+16)*2)+1])<<8), f16tof32(uint16(x[(i+16)*2])|uint16(x[((i+16)*2)+1])<<8), sum16)
 		}
 		{
-			sum17 = float32(math.FMA(float64(f16tof32(uint16(w[(i+17)*2])|uint16(w[((i+17)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+17)*2])|uint16(x[((i+17)*2)+1])<<8)), float64(sum17)))
+			sum17 = quant.FMA32(f16tof32(uint16(w[(i+17)*2])|uint16(w[((i+17)*2)+1])<<8), f16tof32(uint16(x[(i+17)*2])|uint16(x[((i+17)*2)+1])<<8), sum17)
 		}
 		{
-			sum18 = float32(math.FMA(float64(f16tof32(uint16(w[(i+18)*2])|uint16(w[((i+18)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+18)*2])|uint16(x[((i+18)*2)+1])<<8)), float64(sum18)))
+			sum18 = quant.FMA32(f16tof32(uint16(w[(i+18)*2])|uint16(w[((i+18)*2)+1])<<8), f16tof32(uint16(x[(i+18)*2])|uint16(x[((i+18)*2)+1])<<8), sum18)
 		}
 		{
-			sum19 = float32(math.FMA(float64(f16tof32(uint16(w[(i+19)*2])|uint16(w[((i+19)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+19)*2])|uint16(x[((i+19)*2)+1])<<8)), float64(sum19)))
+			sum19 = quant.FMA32(f16tof32(uint16(w[(i+19)*2])|uint16(w[((i+19)*2)+1])<<8), f16tof32(uint16(x[(i+19)*2])|uint16(x[((i+19)*2)+1])<<8), sum19)
 		}
 		{
-			sum20 = float32(math.FMA(float64(f16tof32(uint16(w[(i+20)*2])|uint16(w[((i+20)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+20)*2])|uint16(x[((i+20)*2)+1])<<8)), float64(sum20)))
+			sum20 = quant.FMA32(f16tof32(uint16(w[(i+20)*2])|uint16(w[((i+20)*2)+1])<<8), f16tof32(uint16(x[(i+20)*2])|uint16(x[((i+20)*2)+1])<<8), sum20)
 		}
 		{
-			sum21 = float32(math.FMA(float64(f16tof32(uint16(w[(i+21)*2])|uint16(w[((i+21)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+21)*2])|uint16(x[((i+21)*2)+1])<<8)), float64(sum21)))
+			sum21 = quant.FMA32(f16tof32(uint16(w[(i+21)*2])|uint16(w[((i+21)*2)+1])<<8), f16tof32(uint16(x[(i+21)*2])|uint16(x[((i+21)*2)+1])<<8), sum21)
 		}
 		{
-			sum22 = float32(math.FMA(float64(f16tof32(uint16(w[(i+22)*2])|uint16(w[((i+22)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+22)*2])|uint16(x[((i+22)*2)+1])<<8)), float64(sum22)))
+			sum22 = quant.FMA32(f16tof32(uint16(w[(i+22)*2])|uint16(w[((i+22)*2)+1])<<8), f16tof32(uint16(x[(i+22)*2])|uint16(x[((i+22)*2)+1])<<8), sum22)
 		}
 		{
-			sum23 = float32(math.FMA(float64(f16tof32(uint16(w[(i+23)*2])|uint16(w[((i+23)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+23)*2])|uint16(x[((i+23)*2)+1])<<8)), float64(sum23)))
+			sum23 = quant.FMA32(f16tof32(uint16(w[(i+23)*2])|uint16(w[((i+23)*2)+1])<<8), f16tof32(uint16(x[(i+23)*2])|uint16(x[((i+23)*2)+1])<<8), sum23)
 		}
 		{
-			sum24 = float32(math.FMA(float64(f16tof32(uint16(w[(i+24)*2])|uint16(w[((i+24)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+24)*2])|uint16(x[((i+24)*2)+1])<<8)), float64(sum24)))
+			sum24 = quant.FMA32(f16tof32(uint16(w[(i+24)*2])|uint16(w[((i+24)*2)+1])<<8), f16tof32(uint16(x[(i+24)*2])|uint16(x[((i+24)*2)+1])<<8), sum24)
 		}
 		{
-			sum25 = float32(math.FMA(float64(f16tof32(uint16(w[(i+25)*2])|uint16(w[((i+25)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+25)*2])|uint16(x[((i+25)*2)+1])<<8)), float64(sum25)))
+			sum25 = quant.FMA32(f16tof32(uint16(w[(i+25)*2])|uint16(w[((i+25)*2)+1])<<8), f16tof32(uint16(x[(i+25)*2])|uint16(x[((i+25)*2)+1])<<8), sum25)
 		}
 		{
-			sum26 = float32(math.FMA(float64(f16tof32(uint16(w[(i+26)*2])|uint16(w[((i+26)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+26)*2])|uint16(x[((i+26)*2)+1])<<8)), float64(sum26)))
+			sum26 = quant.FMA32(f16tof32(uint16(w[(i+26)*2])|uint16(w[((i+26)*2)+1])<<8), f16tof32(uint16(x[(i+26)*2])|uint16(x[((i+26)*2)+1])<<8), sum26)
 		}
 		{
-			sum27 = float32(math.FMA(float64(f16tof32(uint16(w[(i+27)*2])|uint16(w[((i+27)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+27)*2])|uint16(x[((i+27)*2)+1])<<8)), float64(sum27)))
+			sum27 = quant.FMA32(f16tof32(uint16(w[(i+27)*2])|uint16(w[((i+27)*2)+1])<<8), f16tof32(uint16(x[(i+27)*2])|uint16(x[((i+27)*2)+1])<<8), sum27)
 		}
 		{
-			sum28 = float32(math.FMA(float64(f16tof32(uint16(w[(i+28)*2])|uint16(w[((i+28)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+28)*2])|uint16(x[((i+28)*2)+1])<<8)), float64(sum28)))
+			sum28 = quant.FMA32(f16tof32(uint16(w[(i+28)*2])|uint16(w[((i+28)*2)+1])<<8), f16tof32(uint16(x[(i+28)*2])|uint16(x[((i+28)*2)+1])<<8), sum28)
 		}
 		{
-			sum29 = float32(math.FMA(float64(f16tof32(uint16(w[(i+29)*2])|uint16(w[((i+29)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+29)*2])|uint16(x[((i+29)*2)+1])<<8)), float64(sum29)))
+			sum29 = quant.FMA32(f16tof32(uint16(w[(i+29)*2])|uint16(w[((i+29)*2)+1])<<8), f16tof32(uint16(x[(i+29)*2])|uint16(x[((i+29)*2)+1])<<8), sum29)
 		}
 		{
-			sum30 = float32(math.FMA(float64(f16tof32(uint16(w[(i+30)*2])|uint16(w[((i+30)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+30)*2])|uint16(x[((i+30)*2)+1])<<8)), float64(sum30)))
+			sum30 = quant.FMA32(f16tof32(uint16(w[(i+30)*2])|uint16(w[((i+30)*2)+1])<<8), f16tof32(uint16(x[(i+30)*2])|uint16(x[((i+30)*2)+1])<<8), sum30)
 		}
 		{
-			sum31 = float32(math.FMA(float64(f16tof32(uint16(w[(i+31)*2])|uint16(w[((i+31)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+31)*2])|uint16(x[((i+31)*2)+1])<<8)), float64(sum31)))
+			sum31 = quant.FMA32(f16tof32(uint16(w[(i+31)*2])|uint16(w[((i+31)*2)+1])<<8), f16tof32(uint16(x[(i+31)*2])|uint16(x[((i+31)*2)+1])<<8), sum31)
 		}
 		{
-			sum32 = float32(math.FMA(float64(f16tof32(uint16(w[(i+32)*2])|uint16(w[((i+32)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+32)*2])|uint16(x[((i+32)*2)+1])<<8)), float64(sum32)))
+			sum32 = quant.FMA32(f16tof32(uint16(w[(i+32)*2])|uint16(w[((i+32)*2)+1])<<8), f16tof32(uint16(x[(i+32)*2])|uint16(x[((i+32)*2)+1])<<8), sum32)
 		}
 		{
-			sum33 = float32(math.FMA(float64(f16tof32(uint16(w[(i+33)*2])|uint16(w[((i+33)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+33)*2])|uint16(x[((i+33)*2)+1])<<8)), float64(sum33)))
+			sum33 = quant.FMA32(f16tof32(uint16(w[(i+33)*2])|uint16(w[((i+33)*2)+1])<<8), f16tof32(uint16(x[(i+33)*2])|uint16(x[((i+33)*2)+1])<<8), sum33)
 		}
 		{
-			sum34 = float32(math.FMA(float64(f16tof32(uint16(w[(i+34)*2])|uint16(w[((i+34)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+34)*2])|uint16(x[((i+34)*2)+1])<<8)), float64(sum34)))
+			sum34 = quant.FMA32(f16tof32(uint16(w[(i+34)*2])|uint16(w[((i+34)*2)+1])<<8), f16tof32(uint16(x[(i+34)*2])|uint16(x[((i+34)*2)+1])<<8), sum34)
 		}
 		{
-			sum35 = float32(math.FMA(float64(f16tof32(uint16(w[(i+35)*2])|uint16(w[((i+35)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+35)*2])|uint16(x[((i+35)*2)+1])<<8)), float64(sum35)))
+			sum35 = quant.FMA32(f16tof32(uint16(w[(i+35)*2])|uint16(w[((i+35)*2)+1])<<8), f16tof32(uint16(x[(i+35)*2])|uint16(x[((i+35)*2)+1])<<8), sum35)
 		}
 		{
-			sum36 = float32(math.FMA(float64(f16tof32(uint16(w[(i+36)*2])|uint16(w[((i+36)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+36)*2])|uint16(x[((i+36)*2)+1])<<8)), float64(sum36)))
+			sum36 = quant.FMA32(f16tof32(uint16(w[(i+36)*2])|uint16(w[((i+36)*2)+1])<<8), f16tof32(uint16(x[(i+36)*2])|uint16(x[((i+36)*2)+1])<<8), sum36)
 		}
 		{
-			sum37 = float32(math.FMA(float64(f16tof32(uint16(w[(i+37)*2])|uint16(w[((i+37)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+37)*2])|uint16(x[((i+37)*2)+1])<<8)), float64(sum37)))
+			sum37 = quant.FMA32(f16tof32(uint16(w[(i+37)*2])|uint16(w[((i+37)*2)+1])<<8), f16tof32(uint16(x[(i+37)*2])|uint16(x[((i+37)*2)+1])<<8), sum37)
 		}
 		{
-			sum38 = float32(math.FMA(float64(f16tof32(uint16(w[(i+38)*2])|uint16(w[((i+38)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+38)*2])|uint16(x[((i+38)*2)+1])<<8)), float64(sum38)))
+			sum38 = quant.FMA32(f16tof32(uint16(w[(i+38)*2])|uint16(w[((i+38)*2)+1])<<8), f16tof32(uint16(x[(i+38)*2])|uint16(x[((i+38)*2)+1])<<8), sum38)
 		}
 		{
-			sum39 = float32(math.FMA(float64(f16tof32(uint16(w[(i+39)*2])|uint16(w[((i+39)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+39)*2])|uint16(x[((i+39)*2)+1])<<8)), float64(sum39)))
+			sum39 = quant.FMA32(f16tof32(uint16(w[(i+39)*2])|uint16(w[((i+39)*2)+1])<<8), f16tof32(uint16(x[(i+39)*2])|uint16(x[((i+39)*2)+1])<<8), sum39)
 		}
 		{
-			sum40 = float32(math.FMA(float64(f16tof32(uint16(w[(i+40)*2])|uint16(w[((i+40)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+40)*2])|uint16(x[((i+40)*2)+1])<<8)), float64(sum40)))
+			sum40 = quant.FMA32(f16tof32(uint16(w[(i+40)*2])|uint16(w[((i+40)*2)+1])<<8), f16tof32(uint16(x[(i+40)*2])|uint16(x[((i+40)*2)+1])<<8), sum40)
 		}
 		{
-			sum41 = float32(math.FMA(float64(f16tof32(uint16(w[(i+41)*2])|uint16(w[((i+41)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+41)*2])|uint16(x[((i+41)*2)+1])<<8)), float64(sum41)))
+			sum41 = quant.FMA32(f16tof32(uint16(w[(i+41)*2])|uint16(w[((i+41)*2)+1])<<8), f16tof32(uint16(x[(i+41)*2])|uint16(x[((i+41)*2)+1])<<8), sum41)
 		}
 		{
-			sum42 = float32(math.FMA(float64(f16tof32(uint16(w[(i+42)*2])|uint16(w[((i+42)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+42)*2])|uint16(x[((i+42)*2)+1])<<8)), float64(sum42)))
+			sum42 = quant.FMA32(f16tof32(uint16(w[(i+42)*2])|uint16(w[((i+42)*2)+1])<<8), f16tof32(uint16(x[(i+42)*2])|uint16(x[((i+42)*2)+1])<<8), sum42)
 		}
 		{
-			sum43 = float32(math.FMA(float64(f16tof32(uint16(w[(i+43)*2])|uint16(w[((i+43)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+43)*2])|uint16(x[((i+43)*2)+1])<<8)), float64(sum43)))
+			sum43 = quant.FMA32(f16tof32(uint16(w[(i+43)*2])|uint16(w[((i+43)*2)+1])<<8), f16tof32(uint16(x[(i+43)*2])|uint16(x[((i+43)*2)+1])<<8), sum43)
 		}
 		{
-			sum44 = float32(math.FMA(float64(f16tof32(uint16(w[(i+44)*2])|uint16(w[((i+44)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+44)*2])|uint16(x[((i+44)*2)+1])<<8)), float64(sum44)))
+			sum44 = quant.FMA32(f16tof32(uint16(w[(i+44)*2])|uint16(w[((i+44)*2)+1])<<8), f16tof32(uint16(x[(i+44)*2])|uint16(x[((i+44)*2)+1])<<8), sum44)
 		}
 		{
-			sum45 = float32(math.FMA(float64(f16tof32(uint16(w[(i+45)*2])|uint16(w[((i+45)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+45)*2])|uint16(x[((i+45)*2)+1])<<8)), float64(sum45)))
+			sum45 = quant.FMA32(f16tof32(uint16(w[(i+45)*2])|uint16(w[((i+45)*2)+1])<<8), f16tof32(uint16(x[(i+45)*2])|uint16(x[((i+45)*2)+1])<<8), sum45)
 		}
 		{
-			sum46 = float32(math.FMA(float64(f16tof32(uint16(w[(i+46)*2])|uint16(w[((i+46)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+46)*2])|uint16(x[((i+46)*2)+1])<<8)), float64(sum46)))
+			sum46 = quant.FMA32(f16tof32(uint16(w[(i+46)*2])|uint16(w[((i+46)*2)+1])<<8), f16tof32(uint16(x[(i+46)*2])|uint16(x[((i+46)*2)+1])<<8), sum46)
 		}
 		{
-			sum47 = float32(math.FMA(float64(f16tof32(uint16(w[(i+47)*2])|uint16(w[((i+47)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+47)*2])|uint16(x[((i+47)*2)+1])<<8)), float64(sum47)))
+			sum47 = quant.FMA32(f16tof32(uint16(w[(i+47)*2])|uint16(w[((i+47)*2)+1])<<8), f16tof32(uint16(x[(i+47)*2])|uint16(x[((i+47)*2)+1])<<8), sum47)
 		}
 		{
-			sum48 = float32(math.FMA(float64(f16tof32(uint16(w[(i+48)*2])|uint16(w[((i+48)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+48)*2])|uint16(x[((i+48)*2)+1])<<8)), float64(sum48)))
+			sum48 = quant.FMA32(f16tof32(uint16(w[(i+48)*2])|uint16(w[((i+48)*2)+1])<<8), f16tof32(uint16(x[(i+48)*2])|uint16(x[((i+48)*2)+1])<<8), sum48)
 		}
 		{
-			sum49 = float32(math.FMA(float64(f16tof32(uint16(w[(i+49)*2])|uint16(w[((i+49)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+49)*2])|uint16(x[((i+49)*2)+1])<<8)), float64(sum49)))
+			sum49 = quant.FMA32(f16tof32(uint16(w[(i+49)*2])|uint16(w[((i+49)*2)+1])<<8), f16tof32(uint16(x[(i+49)*2])|uint16(x[((i+49)*2)+1])<<8), sum49)
 		}
 		{
-			sum50 = float32(math.FMA(float64(f16tof32(uint16(w[(i+50)*2])|uint16(w[((i+50)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+50)*2])|uint16(x[((i+50)*2)+1])<<8)), float64(sum50)))
+			sum50 = quant.FMA32(f16tof32(uint16(w[(i+50)*2])|uint16(w[((i+50)*2)+1])<<8), f16tof32(uint16(x[(i+50)*2])|uint16(x[((i+50)*2)+1])<<8), sum50)
 		}
 		{
-			sum51 = float32(math.FMA(float64(f16tof32(uint16(w[(i+51)*2])|uint16(w[((i+51)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+51)*2])|uint16(x[((i+51)*2)+1])<<8)), float64(sum51)))
+			sum51 = quant.FMA32(f16tof32(uint16(w[(i+51)*2])|uint16(w[((i+51)*2)+1])<<8), f16tof32(uint16(x[(i+51)*2])|uint16(x[((i+51)*2)+1])<<8), sum51)
 		}
 		{
-			sum52 = float32(math.FMA(float64(f16tof32(uint16(w[(i+52)*2])|uint16(w[((i+52)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+52)*2])|uint16(x[((i+52)*2)+1])<<8)), float64(sum52)))
+			sum52 = quant.FMA32(f16tof32(uint16(w[(i+52)*2])|uint16(w[((i+52)*2)+1])<<8), f16tof32(uint16(x[(i+52)*2])|uint16(x[((i+52)*2)+1])<<8), sum52)
 		}
 		{
-			sum53 = float32(math.FMA(float64(f16tof32(uint16(w[(i+53)*2])|uint16(w[((i+53)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+53)*2])|uint16(x[((i+53)*2)+1])<<8)), float64(sum53)))
+			sum53 = quant.FMA32(f16tof32(uint16(w[(i+53)*2])|uint16(w[((i+53)*2)+1])<<8), f16tof32(uint16(x[(i+53)*2])|uint16(x[((i+53)*2)+1])<<8), sum53)
 		}
 		{
-			sum54 = float32(math.FMA(float64(f16tof32(uint16(w[(i+54)*2])|uint16(w[((i+54)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+54)*2])|uint16(x[((i+54)*2)+1])<<8)), float64(sum54)))
+			sum54 = quant.FMA32(f16tof32(uint16(w[(i+54)*2])|uint16(w[((i+54)*2)+1])<<8), f16tof32(uint16(x[(i+54)*2])|uint16(x[((i+54)*2)+1])<<8), sum54)
 		}
 		{
-			sum55 = float32(math.FMA(float64(f16tof32(uint16(w[(i+55)*2])|uint16(w[((i+55)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+55)*2])|uint16(x[((i+55)*2)+1])<<8)), float64(sum55)))
+			sum55 = quant.FMA32(f16tof32(uint16(w[(i+55)*2])|uint16(w[((i+55)*2)+1])<<8), f16tof32(uint16(x[(i+55)*2])|uint16(x[((i+55)*2)+1])<<8), sum55)
 		}
 		{
-			sum56 = float32(math.FMA(float64(f16tof32(uint16(w[(i+56)*2])|uint16(w[((i+56)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+56)*2])|uint16(x[((i+56)*2)+1])<<8)), float64(sum56)))
+			sum56 = quant.FMA32(f16tof32(uint16(w[(i+56)*2])|uint16(w[((i+56)*2)+1])<<8), f16tof32(uint16(x[(i+56)*2])|uint16(x[((i+56)*2)+1])<<8), sum56)
 		}
 		{
-			sum57 = float32(math.FMA(float64(f16tof32(uint16(w[(i+57)*2])|uint16(w[((i+57)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+57)*2])|uint16(x[((i+57)*2)+1])<<8)), float64(sum57)))
+			sum57 = quant.FMA32(f16tof32(uint16(w[(i+57)*2])|uint16(w[((i+57)*2)+1])<<8), f16tof32(uint16(x[(i+57)*2])|uint16(x[((i+57)*2)+1])<<8), sum57)
 		}
 		{
-			sum58 = float32(math.FMA(float64(f16tof32(uint16(w[(i+58)*2])|uint16(w[((i+58)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+58)*2])|uint16(x[((i+58)*2)+1])<<8)), float64(sum58)))
+			sum58 = quant.FMA32(f16tof32(uint16(w[(i+58)*2])|uint16(w[((i+58)*2)+1])<<8), f16tof32(uint16(x[(i+58)*2])|uint16(x[((i+58)*2)+1])<<8), sum58)
 		}
 		{
-			sum59 = float32(math.FMA(float64(f16tof32(uint16(w[(i+59)*2])|uint16(w[((i+59)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+59)*2])|uint16(x[((i+59)*2)+1])<<8)), float64(sum59)))
+			sum59 = quant.FMA32(f16tof32(uint16(w[(i+59)*2])|uint16(w[((i+59)*2)+1])<<8), f16tof32(uint16(x[(i+59)*2])|uint16(x[((i+59)*2)+1])<<8), sum59)
 		}
 		{
-			sum60 = float32(math.FMA(float64(f16tof32(uint16(w[(i+60)*2])|uint16(w[((i+60)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+60)*2])|uint16(x[((i+60)*2)+1])<<8)), float64(sum60)))
+			sum60 = quant.FMA32(f16tof32(uint16(w[(i+60)*2])|uint16(w[((i+60)*2)+1])<<8), f16tof32(uint16(x[(i+60)*2])|uint16(x[((i+60)*2)+1])<<8), sum60)
 		}
 		{
-			sum61 = float32(math.FMA(float64(f16tof32(uint16(w[(i+61)*2])|uint16(w[((i+61)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+61)*2])|uint16(x[((i+61)*2)+1])<<8)), float64(sum61)))
+			sum61 = quant.FMA32(f16tof32(uint16(w[(i+61)*2])|uint16(w[((i+61)*2)+1])<<8), f16tof32(uint16(x[(i+61)*2])|uint16(x[((i+61)*2)+1])<<8), sum61)
 		}
 		{
-			sum62 = float32(math.FMA(float64(f16tof32(uint16(w[(i+62)*2])|uint16(w[((i+62)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+62)*2])|uint16(x[((i+62)*2)+1])<<8)), float64(sum62)))
+			sum62 = quant.FMA32(f16tof32(uint16(w[(i+62)*2])|uint16(w[((i+62)*2)+1])<<8), f16tof32(uint16(x[(i+62)*2])|uint16(x[((i+62)*2)+1])<<8), sum62)
 		}
 		{
-			sum63 = float32(math.FMA(float64(f16tof32(uint16(w[(i+63)*2])|uint16(w[((i+63)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+63)*2])|uint16(x[((i+63)*2)+1])<<8)), float64(sum63)))
+			sum63 = quant.FMA32(f16tof32(uint16(w[(i+63)*2])|uint16(w[((i+63)*2)+1])<<8), f16tof32(uint16(x[(i+63)*2])|uint16(x[((i+63)*2)+1])<<8), sum63)
 		}
 	}
 	sum0 = float32(sum0 + sum32)
@@ -2608,52 +2610,52 @@ func DotF16TinyBLAS(n int, w []byte, x []byte) float32 {
 	sum15 := float32(0)
 	for i := 0; i < 0+((max((n-0), 0)/16)*16); i += 16 {
 		{
-			sum0 = float32(math.FMA(float64(f16tof32(uint16(w[i*2])|uint16(w[(i*2)+1])<<8)), float64(f16tof32(uint16(x[i*2])|uint16(x[(i*2)+1])<<8)), float64(sum0)))
+			sum0 = quant.FMA32(f16tof32(uint16(w[i*2])|uint16(w[(i*2)+1])<<8), f16tof32(uint16(x[i*2])|uint16(x[(i*2)+1])<<8), sum0)
 		}
 		{
-			sum1 = float32(math.FMA(float64(f16tof32(uint16(w[(i+1)*2])|uint16(w[((i+1)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+1)*2])|uint16(x[((i+1)*2)+1])<<8)), float64(sum1)))
+			sum1 = quant.FMA32(f16tof32(uint16(w[(i+1)*2])|uint16(w[((i+1)*2)+1])<<8), f16tof32(uint16(x[(i+1)*2])|uint16(x[((i+1)*2)+1])<<8), sum1)
 		}
 		{
-			sum2 = float32(math.FMA(float64(f16tof32(uint16(w[(i+2)*2])|uint16(w[((i+2)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+2)*2])|uint16(x[((i+2)*2)+1])<<8)), float64(sum2)))
+			sum2 = quant.FMA32(f16tof32(uint16(w[(i+2)*2])|uint16(w[((i+2)*2)+1])<<8), f16tof32(uint16(x[(i+2)*2])|uint16(x[((i+2)*2)+1])<<8), sum2)
 		}
 		{
-			sum3 = float32(math.FMA(float64(f16tof32(uint16(w[(i+3)*2])|uint16(w[((i+3)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+3)*2])|uint16(x[((i+3)*2)+1])<<8)), float64(sum3)))
+			sum3 = quant.FMA32(f16tof32(uint16(w[(i+3)*2])|uint16(w[((i+3)*2)+1])<<8), f16tof32(uint16(x[(i+3)*2])|uint16(x[((i+3)*2)+1])<<8), sum3)
 		}
 		{
-			sum4 = float32(math.FMA(float64(f16tof32(uint16(w[(i+4)*2])|uint16(w[((i+4)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+4)*2])|uint16(x[((i+4)*2)+1])<<8)), float64(sum4)))
+			sum4 = quant.FMA32(f16tof32(uint16(w[(i+4)*2])|uint16(w[((i+4)*2)+1])<<8), f16tof32(uint16(x[(i+4)*2])|uint16(x[((i+4)*2)+1])<<8), sum4)
 		}
 		{
-			sum5 = float32(math.FMA(float64(f16tof32(uint16(w[(i+5)*2])|uint16(w[((i+5)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+5)*2])|uint16(x[((i+5)*2)+1])<<8)), float64(sum5)))
+			sum5 = quant.FMA32(f16tof32(uint16(w[(i+5)*2])|uint16(w[((i+5)*2)+1])<<8), f16tof32(uint16(x[(i+5)*2])|uint16(x[((i+5)*2)+1])<<8), sum5)
 		}
 		{
-			sum6 = float32(math.FMA(float64(f16tof32(uint16(w[(i+6)*2])|uint16(w[((i+6)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+6)*2])|uint16(x[((i+6)*2)+1])<<8)), float64(sum6)))
+			sum6 = quant.FMA32(f16tof32(uint16(w[(i+6)*2])|uint16(w[((i+6)*2)+1])<<8), f16tof32(uint16(x[(i+6)*2])|uint16(x[((i+6)*2)+1])<<8), sum6)
 		}
 		{
-			sum7 = float32(math.FMA(float64(f16tof32(uint16(w[(i+7)*2])|uint16(w[((i+7)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+7)*2])|uint16(x[((i+7)*2)+1])<<8)), float64(sum7)))
+			sum7 = quant.FMA32(f16tof32(uint16(w[(i+7)*2])|uint16(w[((i+7)*2)+1])<<8), f16tof32(uint16(x[(i+7)*2])|uint16(x[((i+7)*2)+1])<<8), sum7)
 		}
 		{
-			sum8 = float32(math.FMA(float64(f16tof32(uint16(w[(i+8)*2])|uint16(w[((i+8)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+8)*2])|uint16(x[((i+8)*2)+1])<<8)), float64(sum8)))
+			sum8 = quant.FMA32(f16tof32(uint16(w[(i+8)*2])|uint16(w[((i+8)*2)+1])<<8), f16tof32(uint16(x[(i+8)*2])|uint16(x[((i+8)*2)+1])<<8), sum8)
 		}
 		{
-			sum9 = float32(math.FMA(float64(f16tof32(uint16(w[(i+9)*2])|uint16(w[((i+9)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+9)*2])|uint16(x[((i+9)*2)+1])<<8)), float64(sum9)))
+			sum9 = quant.FMA32(f16tof32(uint16(w[(i+9)*2])|uint16(w[((i+9)*2)+1])<<8), f16tof32(uint16(x[(i+9)*2])|uint16(x[((i+9)*2)+1])<<8), sum9)
 		}
 		{
-			sum10 = float32(math.FMA(float64(f16tof32(uint16(w[(i+10)*2])|uint16(w[((i+10)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+10)*2])|uint16(x[((i+10)*2)+1])<<8)), float64(sum10)))
+			sum10 = quant.FMA32(f16tof32(uint16(w[(i+10)*2])|uint16(w[((i+10)*2)+1])<<8), f16tof32(uint16(x[(i+10)*2])|uint16(x[((i+10)*2)+1])<<8), sum10)
 		}
 		{
-			sum11 = float32(math.FMA(float64(f16tof32(uint16(w[(i+11)*2])|uint16(w[((i+11)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+11)*2])|uint16(x[((i+11)*2)+1])<<8)), float64(sum11)))
+			sum11 = quant.FMA32(f16tof32(uint16(w[(i+11)*2])|uint16(w[((i+11)*2)+1])<<8), f16tof32(uint16(x[(i+11)*2])|uint16(x[((i+11)*2)+1])<<8), sum11)
 		}
 		{
-			sum12 = float32(math.FMA(float64(f16tof32(uint16(w[(i+12)*2])|uint16(w[((i+12)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+12)*2])|uint16(x[((i+12)*2)+1])<<8)), float64(sum12)))
+			sum12 = quant.FMA32(f16tof32(uint16(w[(i+12)*2])|uint16(w[((i+12)*2)+1])<<8), f16tof32(uint16(x[(i+12)*2])|uint16(x[((i+12)*2)+1])<<8), sum12)
 		}
 		{
-			sum13 = float32(math.FMA(float64(f16tof32(uint16(w[(i+13)*2])|uint16(w[((i+13)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+13)*2])|uint16(x[((i+13)*2)+1])<<8)), float64(sum13)))
+			sum13 = quant.FMA32(f16tof32(uint16(w[(i+13)*2])|uint16(w[((i+13)*2)+1])<<8), f16tof32(uint16(x[(i+13)*2])|uint16(x[((i+13)*2)+1])<<8), sum13)
 		}
 		{
-			sum14 = float32(math.FMA(float64(f16tof32(uint16(w[(i+14)*2])|uint16(w[((i+14)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+14)*2])|uint16(x[((i+14)*2)+1])<<8)), float64(sum14)))
+			sum14 = quant.FMA32(f16tof32(uint16(w[(i+14)*2])|uint16(w[((i+14)*2)+1])<<8), f16tof32(uint16(x[(i+14)*2])|uint16(x[((i+14)*2)+1])<<8), sum14)
 		}
 		{
-			sum15 = float32(math.FMA(float64(f16tof32(uint16(w[(i+15)*2])|uint16(w[((i+15)*2)+1])<<8)), float64(f16tof32(uint16(x[(i+15)*2])|uint16(x[((i+15)*2)+1])<<8)), float64(sum15)))
+			sum15 = quant.FMA32(f16tof32(uint16(w[(i+15)*2])|uint16(w[((i+15)*2)+1])<<8), f16tof32(uint16(x[(i+15)*2])|uint16(x[((i+15)*2)+1])<<8), sum15)
 		}
 	}
 	sum0 = float32(sum0 + sum8)
@@ -2721,7 +2723,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[5])) * int32(int8(xb[5]))))
 			}
-			sum0 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum0)))
+			sum0 = quant.FMA32(float32(s), d, sum0)
 		}
 		{
 			s := int32(0)
@@ -2737,7 +2739,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[9])) * int32(int8(xb[9]))))
 			}
-			sum1 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum1)))
+			sum1 = quant.FMA32(float32(s), d, sum1)
 		}
 		{
 			s := int32(0)
@@ -2753,7 +2755,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[13])) * int32(int8(xb[13]))))
 			}
-			sum2 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum2)))
+			sum2 = quant.FMA32(float32(s), d, sum2)
 		}
 		{
 			s := int32(0)
@@ -2769,7 +2771,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[17])) * int32(int8(xb[17]))))
 			}
-			sum3 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum3)))
+			sum3 = quant.FMA32(float32(s), d, sum3)
 		}
 		{
 			s := int32(0)
@@ -2785,7 +2787,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[21])) * int32(int8(xb[21]))))
 			}
-			sum4 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum4)))
+			sum4 = quant.FMA32(float32(s), d, sum4)
 		}
 		{
 			s := int32(0)
@@ -2801,7 +2803,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[25])) * int32(int8(xb[25]))))
 			}
-			sum5 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum5)))
+			sum5 = quant.FMA32(float32(s), d, sum5)
 		}
 		{
 			s := int32(0)
@@ -2817,7 +2819,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[29])) * int32(int8(xb[29]))))
 			}
-			sum6 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum6)))
+			sum6 = quant.FMA32(float32(s), d, sum6)
 		}
 		{
 			s := int32(0)
@@ -2833,7 +2835,7 @@ func DotQ8_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + (int32(int8(wb[33])) * int32(int8(xb[33]))))
 			}
-			sum7 = float32(math.FMA(float64(float32(s)), float64(d), float64(sum7)))
+			sum7 = quant.FMA32(float32(s), d, sum7)
 		}
 	}
 	sum0 = float32(sum0 + sum4)
@@ -2877,7 +2879,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[5]>>0)&15) - 8) * int32(int8(xb[5]))))
 			}
-			sum0 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum0)))
+			sum0 = quant.FMA32(float32(s), float32(dw*dx), sum0)
 		}
 		{
 			s := int32(0)
@@ -2893,7 +2895,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[9]>>0)&15) - 8) * int32(int8(xb[9]))))
 			}
-			sum1 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum1)))
+			sum1 = quant.FMA32(float32(s), float32(dw*dx), sum1)
 		}
 		{
 			s := int32(0)
@@ -2909,7 +2911,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[13]>>0)&15) - 8) * int32(int8(xb[13]))))
 			}
-			sum2 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum2)))
+			sum2 = quant.FMA32(float32(s), float32(dw*dx), sum2)
 		}
 		{
 			s := int32(0)
@@ -2925,7 +2927,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[17]>>0)&15) - 8) * int32(int8(xb[17]))))
 			}
-			sum3 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum3)))
+			sum3 = quant.FMA32(float32(s), float32(dw*dx), sum3)
 		}
 		{
 			s := int32(0)
@@ -2941,7 +2943,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[5]>>4)&15) - 8) * int32(int8(xb[21]))))
 			}
-			sum4 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum4)))
+			sum4 = quant.FMA32(float32(s), float32(dw*dx), sum4)
 		}
 		{
 			s := int32(0)
@@ -2957,7 +2959,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[9]>>4)&15) - 8) * int32(int8(xb[25]))))
 			}
-			sum5 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum5)))
+			sum5 = quant.FMA32(float32(s), float32(dw*dx), sum5)
 		}
 		{
 			s := int32(0)
@@ -2973,7 +2975,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[13]>>4)&15) - 8) * int32(int8(xb[29]))))
 			}
-			sum6 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum6)))
+			sum6 = quant.FMA32(float32(s), float32(dw*dx), sum6)
 		}
 		{
 			s := int32(0)
@@ -2989,7 +2991,7 @@ func DotQ4_0AVX2(n int, w []byte, x []byte) float32 {
 			{
 				s = int32(s + ((int32((wb[17]>>4)&15) - 8) * int32(int8(xb[33]))))
 			}
-			sum7 = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum7)))
+			sum7 = quant.FMA32(float32(s), float32(dw*dx), sum7)
 		}
 	}
 	sum0 = float32(sum0 + sum4)
@@ -3108,7 +3110,2152 @@ func DotQ4_0Repack8x8(n int, w []byte, x []byte) float32 {
 		{
 			s = int32(s + ((int32((wb[17]>>4)&15) - 8) * int32(int8(xb[33]))))
 		}
-		sum = float32(math.FMA(float64(float32(s)), float64(float32(dw*dx)), float64(sum)))
+		sum = quant.FMA32(float32(s), float32(dw*dx), sum)
 	}
+	return sum
+}
+
+// DotQ5_K is the dot product of n Q5_K weights in w with the Q8_K row x, as ggml's generic kernel.
+func DotQ5_K(n int, w []byte, x []byte) float32 {
+	sum := float32(0)
+	sum0 := float32(0)
+	sum1 := float32(0)
+	sum2 := float32(0)
+	sum3 := float32(0)
+	sum4 := float32(0)
+	sum5 := float32(0)
+	sum6 := float32(0)
+	sum7 := float32(0)
+	for blk := 0; blk < n/256; blk++ {
+		wb := (*[176]byte)(w[blk*176:])
+		xb := (*[292]byte)(x[blk*292:])
+		yd := math.Float32frombits(uint32(xb[0]) | uint32(xb[1])<<8 | uint32(xb[2])<<16 | uint32(xb[3])<<24)
+		d := float32(f16tof32(uint16(wb[0])|uint16(wb[1])<<8) * yd)
+		dmin := float32(f16tof32(uint16(wb[2])|uint16(wb[3])<<8) * yd)
+		sc := int32(wb[4] & 63)
+		mn := int32(wb[8] & 63)
+		sc2 := int32(wb[5] & 63)
+		mn2 := int32(wb[9] & 63)
+		sc3 := int32(wb[6] & 63)
+		mn3 := int32(wb[10] & 63)
+		sc4 := int32(wb[7] & 63)
+		mn4 := int32(wb[11] & 63)
+		sc5 := int32((wb[12] & 15) | ((wb[4] >> 6) << 4))
+		mn5 := int32((wb[12] >> 4) | ((wb[8] >> 6) << 4))
+		sc6 := int32((wb[13] & 15) | ((wb[5] >> 6) << 4))
+		mn6 := int32((wb[13] >> 4) | ((wb[9] >> 6) << 4))
+		sc7 := int32((wb[14] & 15) | ((wb[6] >> 6) << 4))
+		mn7 := int32((wb[14] >> 4) | ((wb[10] >> 6) << 4))
+		sc8 := int32((wb[15] & 15) | ((wb[7] >> 6) << 4))
+		mn8 := int32((wb[15] >> 4) | ((wb[11] >> 6) << 4))
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[48]>>0)&15)|(((wb[16]>>0)&1)<<4)) * int32(int8(xb[4])))))
+			aux = int32(aux + (sc * (int32(((wb[56]>>0)&15)|(((wb[24]>>0)&1)<<4)) * int32(int8(xb[12])))))
+			aux = int32(aux + (sc * (int32(((wb[64]>>0)&15)|(((wb[32]>>0)&1)<<4)) * int32(int8(xb[20])))))
+			aux = int32(aux + (sc * (int32(((wb[72]>>0)&15)|(((wb[40]>>0)&1)<<4)) * int32(int8(xb[28])))))
+			aux = int32(aux + (sc2 * (int32(((wb[48]>>4)&15)|(((wb[16]>>1)&1)<<4)) * int32(int8(xb[36])))))
+			aux = int32(aux + (sc2 * (int32(((wb[56]>>4)&15)|(((wb[24]>>1)&1)<<4)) * int32(int8(xb[44])))))
+			aux = int32(aux + (sc2 * (int32(((wb[64]>>4)&15)|(((wb[32]>>1)&1)<<4)) * int32(int8(xb[52])))))
+			aux = int32(aux + (sc2 * (int32(((wb[72]>>4)&15)|(((wb[40]>>1)&1)<<4)) * int32(int8(xb[60])))))
+			aux = int32(aux + (sc3 * (int32(((wb[80]>>0)&15)|(((wb[16]>>2)&1)<<4)) * int32(int8(xb[68])))))
+			aux = int32(aux + (sc3 * (int32(((wb[88]>>0)&15)|(((wb[24]>>2)&1)<<4)) * int32(int8(xb[76])))))
+			aux = int32(aux + (sc3 * (int32(((wb[96]>>0)&15)|(((wb[32]>>2)&1)<<4)) * int32(int8(xb[84])))))
+			aux = int32(aux + (sc3 * (int32(((wb[104]>>0)&15)|(((wb[40]>>2)&1)<<4)) * int32(int8(xb[92])))))
+			aux = int32(aux + (sc4 * (int32(((wb[80]>>4)&15)|(((wb[16]>>3)&1)<<4)) * int32(int8(xb[100])))))
+			aux = int32(aux + (sc4 * (int32(((wb[88]>>4)&15)|(((wb[24]>>3)&1)<<4)) * int32(int8(xb[108])))))
+			aux = int32(aux + (sc4 * (int32(((wb[96]>>4)&15)|(((wb[32]>>3)&1)<<4)) * int32(int8(xb[116])))))
+			aux = int32(aux + (sc4 * (int32(((wb[104]>>4)&15)|(((wb[40]>>3)&1)<<4)) * int32(int8(xb[124])))))
+			aux = int32(aux + (sc5 * (int32(((wb[112]>>0)&15)|(((wb[16]>>4)&1)<<4)) * int32(int8(xb[132])))))
+			aux = int32(aux + (sc5 * (int32(((wb[120]>>0)&15)|(((wb[24]>>4)&1)<<4)) * int32(int8(xb[140])))))
+			aux = int32(aux + (sc5 * (int32(((wb[128]>>0)&15)|(((wb[32]>>4)&1)<<4)) * int32(int8(xb[148])))))
+			aux = int32(aux + (sc5 * (int32(((wb[136]>>0)&15)|(((wb[40]>>4)&1)<<4)) * int32(int8(xb[156])))))
+			aux = int32(aux + (sc6 * (int32(((wb[112]>>4)&15)|(((wb[16]>>5)&1)<<4)) * int32(int8(xb[164])))))
+			aux = int32(aux + (sc6 * (int32(((wb[120]>>4)&15)|(((wb[24]>>5)&1)<<4)) * int32(int8(xb[172])))))
+			aux = int32(aux + (sc6 * (int32(((wb[128]>>4)&15)|(((wb[32]>>5)&1)<<4)) * int32(int8(xb[180])))))
+			aux = int32(aux + (sc6 * (int32(((wb[136]>>4)&15)|(((wb[40]>>5)&1)<<4)) * int32(int8(xb[188])))))
+			aux = int32(aux + (sc7 * (int32(((wb[144]>>0)&15)|(((wb[16]>>6)&1)<<4)) * int32(int8(xb[196])))))
+			aux = int32(aux + (sc7 * (int32(((wb[152]>>0)&15)|(((wb[24]>>6)&1)<<4)) * int32(int8(xb[204])))))
+			aux = int32(aux + (sc7 * (int32(((wb[160]>>0)&15)|(((wb[32]>>6)&1)<<4)) * int32(int8(xb[212])))))
+			aux = int32(aux + (sc7 * (int32(((wb[168]>>0)&15)|(((wb[40]>>6)&1)<<4)) * int32(int8(xb[220])))))
+			aux = int32(aux + (sc8 * (int32(((wb[144]>>4)&15)|(((wb[16]>>7)&1)<<4)) * int32(int8(xb[228])))))
+			aux = int32(aux + (sc8 * (int32(((wb[152]>>4)&15)|(((wb[24]>>7)&1)<<4)) * int32(int8(xb[236])))))
+			aux = int32(aux + (sc8 * (int32(((wb[160]>>4)&15)|(((wb[32]>>7)&1)<<4)) * int32(int8(xb[244])))))
+			aux = int32(aux + (sc8 * (int32(((wb[168]>>4)&15)|(((wb[40]>>7)&1)<<4)) * int32(int8(xb[252])))))
+			sum0 = float32(sum0 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[49]>>0)&15)|(((wb[17]>>0)&1)<<4)) * int32(int8(xb[5])))))
+			aux = int32(aux + (sc * (int32(((wb[57]>>0)&15)|(((wb[25]>>0)&1)<<4)) * int32(int8(xb[13])))))
+			aux = int32(aux + (sc * (int32(((wb[65]>>0)&15)|(((wb[33]>>0)&1)<<4)) * int32(int8(xb[21])))))
+			aux = int32(aux + (sc * (int32(((wb[73]>>0)&15)|(((wb[41]>>0)&1)<<4)) * int32(int8(xb[29])))))
+			aux = int32(aux + (sc2 * (int32(((wb[49]>>4)&15)|(((wb[17]>>1)&1)<<4)) * int32(int8(xb[37])))))
+			aux = int32(aux + (sc2 * (int32(((wb[57]>>4)&15)|(((wb[25]>>1)&1)<<4)) * int32(int8(xb[45])))))
+			aux = int32(aux + (sc2 * (int32(((wb[65]>>4)&15)|(((wb[33]>>1)&1)<<4)) * int32(int8(xb[53])))))
+			aux = int32(aux + (sc2 * (int32(((wb[73]>>4)&15)|(((wb[41]>>1)&1)<<4)) * int32(int8(xb[61])))))
+			aux = int32(aux + (sc3 * (int32(((wb[81]>>0)&15)|(((wb[17]>>2)&1)<<4)) * int32(int8(xb[69])))))
+			aux = int32(aux + (sc3 * (int32(((wb[89]>>0)&15)|(((wb[25]>>2)&1)<<4)) * int32(int8(xb[77])))))
+			aux = int32(aux + (sc3 * (int32(((wb[97]>>0)&15)|(((wb[33]>>2)&1)<<4)) * int32(int8(xb[85])))))
+			aux = int32(aux + (sc3 * (int32(((wb[105]>>0)&15)|(((wb[41]>>2)&1)<<4)) * int32(int8(xb[93])))))
+			aux = int32(aux + (sc4 * (int32(((wb[81]>>4)&15)|(((wb[17]>>3)&1)<<4)) * int32(int8(xb[101])))))
+			aux = int32(aux + (sc4 * (int32(((wb[89]>>4)&15)|(((wb[25]>>3)&1)<<4)) * int32(int8(xb[109])))))
+			aux = int32(aux + (sc4 * (int32(((wb[97]>>4)&15)|(((wb[33]>>3)&1)<<4)) * int32(int8(xb[117])))))
+			aux = int32(aux + (sc4 * (int32(((wb[105]>>4)&15)|(((wb[41]>>3)&1)<<4)) * int32(int8(xb[125])))))
+			aux = int32(aux + (sc5 * (int32(((wb[113]>>0)&15)|(((wb[17]>>4)&1)<<4)) * int32(int8(xb[133])))))
+			aux = int32(aux + (sc5 * (int32(((wb[121]>>0)&15)|(((wb[25]>>4)&1)<<4)) * int32(int8(xb[141])))))
+			aux = int32(aux + (sc5 * (int32(((wb[129]>>0)&15)|(((wb[33]>>4)&1)<<4)) * int32(int8(xb[149])))))
+			aux = int32(aux + (sc5 * (int32(((wb[137]>>0)&15)|(((wb[41]>>4)&1)<<4)) * int32(int8(xb[157])))))
+			aux = int32(aux + (sc6 * (int32(((wb[113]>>4)&15)|(((wb[17]>>5)&1)<<4)) * int32(int8(xb[165])))))
+			aux = int32(aux + (sc6 * (int32(((wb[121]>>4)&15)|(((wb[25]>>5)&1)<<4)) * int32(int8(xb[173])))))
+			aux = int32(aux + (sc6 * (int32(((wb[129]>>4)&15)|(((wb[33]>>5)&1)<<4)) * int32(int8(xb[181])))))
+			aux = int32(aux + (sc6 * (int32(((wb[137]>>4)&15)|(((wb[41]>>5)&1)<<4)) * int32(int8(xb[189])))))
+			aux = int32(aux + (sc7 * (int32(((wb[145]>>0)&15)|(((wb[17]>>6)&1)<<4)) * int32(int8(xb[197])))))
+			aux = int32(aux + (sc7 * (int32(((wb[153]>>0)&15)|(((wb[25]>>6)&1)<<4)) * int32(int8(xb[205])))))
+			aux = int32(aux + (sc7 * (int32(((wb[161]>>0)&15)|(((wb[33]>>6)&1)<<4)) * int32(int8(xb[213])))))
+			aux = int32(aux + (sc7 * (int32(((wb[169]>>0)&15)|(((wb[41]>>6)&1)<<4)) * int32(int8(xb[221])))))
+			aux = int32(aux + (sc8 * (int32(((wb[145]>>4)&15)|(((wb[17]>>7)&1)<<4)) * int32(int8(xb[229])))))
+			aux = int32(aux + (sc8 * (int32(((wb[153]>>4)&15)|(((wb[25]>>7)&1)<<4)) * int32(int8(xb[237])))))
+			aux = int32(aux + (sc8 * (int32(((wb[161]>>4)&15)|(((wb[33]>>7)&1)<<4)) * int32(int8(xb[245])))))
+			aux = int32(aux + (sc8 * (int32(((wb[169]>>4)&15)|(((wb[41]>>7)&1)<<4)) * int32(int8(xb[253])))))
+			sum1 = float32(sum1 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[50]>>0)&15)|(((wb[18]>>0)&1)<<4)) * int32(int8(xb[6])))))
+			aux = int32(aux + (sc * (int32(((wb[58]>>0)&15)|(((wb[26]>>0)&1)<<4)) * int32(int8(xb[14])))))
+			aux = int32(aux + (sc * (int32(((wb[66]>>0)&15)|(((wb[34]>>0)&1)<<4)) * int32(int8(xb[22])))))
+			aux = int32(aux + (sc * (int32(((wb[74]>>0)&15)|(((wb[42]>>0)&1)<<4)) * int32(int8(xb[30])))))
+			aux = int32(aux + (sc2 * (int32(((wb[50]>>4)&15)|(((wb[18]>>1)&1)<<4)) * int32(int8(xb[38])))))
+			aux = int32(aux + (sc2 * (int32(((wb[58]>>4)&15)|(((wb[26]>>1)&1)<<4)) * int32(int8(xb[46])))))
+			aux = int32(aux + (sc2 * (int32(((wb[66]>>4)&15)|(((wb[34]>>1)&1)<<4)) * int32(int8(xb[54])))))
+			aux = int32(aux + (sc2 * (int32(((wb[74]>>4)&15)|(((wb[42]>>1)&1)<<4)) * int32(int8(xb[62])))))
+			aux = int32(aux + (sc3 * (int32(((wb[82]>>0)&15)|(((wb[18]>>2)&1)<<4)) * int32(int8(xb[70])))))
+			aux = int32(aux + (sc3 * (int32(((wb[90]>>0)&15)|(((wb[26]>>2)&1)<<4)) * int32(int8(xb[78])))))
+			aux = int32(aux + (sc3 * (int32(((wb[98]>>0)&15)|(((wb[34]>>2)&1)<<4)) * int32(int8(xb[86])))))
+			aux = int32(aux + (sc3 * (int32(((wb[106]>>0)&15)|(((wb[42]>>2)&1)<<4)) * int32(int8(xb[94])))))
+			aux = int32(aux + (sc4 * (int32(((wb[82]>>4)&15)|(((wb[18]>>3)&1)<<4)) * int32(int8(xb[102])))))
+			aux = int32(aux + (sc4 * (int32(((wb[90]>>4)&15)|(((wb[26]>>3)&1)<<4)) * int32(int8(xb[110])))))
+			aux = int32(aux + (sc4 * (int32(((wb[98]>>4)&15)|(((wb[34]>>3)&1)<<4)) * int32(int8(xb[118])))))
+			aux = int32(aux + (sc4 * (int32(((wb[106]>>4)&15)|(((wb[42]>>3)&1)<<4)) * int32(int8(xb[126])))))
+			aux = int32(aux + (sc5 * (int32(((wb[114]>>0)&15)|(((wb[18]>>4)&1)<<4)) * int32(int8(xb[134])))))
+			aux = int32(aux + (sc5 * (int32(((wb[122]>>0)&15)|(((wb[26]>>4)&1)<<4)) * int32(int8(xb[142])))))
+			aux = int32(aux + (sc5 * (int32(((wb[130]>>0)&15)|(((wb[34]>>4)&1)<<4)) * int32(int8(xb[150])))))
+			aux = int32(aux + (sc5 * (int32(((wb[138]>>0)&15)|(((wb[42]>>4)&1)<<4)) * int32(int8(xb[158])))))
+			aux = int32(aux + (sc6 * (int32(((wb[114]>>4)&15)|(((wb[18]>>5)&1)<<4)) * int32(int8(xb[166])))))
+			aux = int32(aux + (sc6 * (int32(((wb[122]>>4)&15)|(((wb[26]>>5)&1)<<4)) * int32(int8(xb[174])))))
+			aux = int32(aux + (sc6 * (int32(((wb[130]>>4)&15)|(((wb[34]>>5)&1)<<4)) * int32(int8(xb[182])))))
+			aux = int32(aux + (sc6 * (int32(((wb[138]>>4)&15)|(((wb[42]>>5)&1)<<4)) * int32(int8(xb[190])))))
+			aux = int32(aux + (sc7 * (int32(((wb[146]>>0)&15)|(((wb[18]>>6)&1)<<4)) * int32(int8(xb[198])))))
+			aux = int32(aux + (sc7 * (int32(((wb[154]>>0)&15)|(((wb[26]>>6)&1)<<4)) * int32(int8(xb[206])))))
+			aux = int32(aux + (sc7 * (int32(((wb[162]>>0)&15)|(((wb[34]>>6)&1)<<4)) * int32(int8(xb[214])))))
+			aux = int32(aux + (sc7 * (int32(((wb[170]>>0)&15)|(((wb[42]>>6)&1)<<4)) * int32(int8(xb[222])))))
+			aux = int32(aux + (sc8 * (int32(((wb[146]>>4)&15)|(((wb[18]>>7)&1)<<4)) * int32(int8(xb[230])))))
+			aux = int32(aux + (sc8 * (int32(((wb[154]>>4)&15)|(((wb[26]>>7)&1)<<4)) * int32(int8(xb[238])))))
+			aux = int32(aux + (sc8 * (int32(((wb[162]>>4)&15)|(((wb[34]>>7)&1)<<4)) * int32(int8(xb[246])))))
+			aux = int32(aux + (sc8 * (int32(((wb[170]>>4)&15)|(((wb[42]>>7)&1)<<4)) * int32(int8(xb[254])))))
+			sum2 = float32(sum2 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[51]>>0)&15)|(((wb[19]>>0)&1)<<4)) * int32(int8(xb[7])))))
+			aux = int32(aux + (sc * (int32(((wb[59]>>0)&15)|(((wb[27]>>0)&1)<<4)) * int32(int8(xb[15])))))
+			aux = int32(aux + (sc * (int32(((wb[67]>>0)&15)|(((wb[35]>>0)&1)<<4)) * int32(int8(xb[23])))))
+			aux = int32(aux + (sc * (int32(((wb[75]>>0)&15)|(((wb[43]>>0)&1)<<4)) * int32(int8(xb[31])))))
+			aux = int32(aux + (sc2 * (int32(((wb[51]>>4)&15)|(((wb[19]>>1)&1)<<4)) * int32(int8(xb[39])))))
+			aux = int32(aux + (sc2 * (int32(((wb[59]>>4)&15)|(((wb[27]>>1)&1)<<4)) * int32(int8(xb[47])))))
+			aux = int32(aux + (sc2 * (int32(((wb[67]>>4)&15)|(((wb[35]>>1)&1)<<4)) * int32(int8(xb[55])))))
+			aux = int32(aux + (sc2 * (int32(((wb[75]>>4)&15)|(((wb[43]>>1)&1)<<4)) * int32(int8(xb[63])))))
+			aux = int32(aux + (sc3 * (int32(((wb[83]>>0)&15)|(((wb[19]>>2)&1)<<4)) * int32(int8(xb[71])))))
+			aux = int32(aux + (sc3 * (int32(((wb[91]>>0)&15)|(((wb[27]>>2)&1)<<4)) * int32(int8(xb[79])))))
+			aux = int32(aux + (sc3 * (int32(((wb[99]>>0)&15)|(((wb[35]>>2)&1)<<4)) * int32(int8(xb[87])))))
+			aux = int32(aux + (sc3 * (int32(((wb[107]>>0)&15)|(((wb[43]>>2)&1)<<4)) * int32(int8(xb[95])))))
+			aux = int32(aux + (sc4 * (int32(((wb[83]>>4)&15)|(((wb[19]>>3)&1)<<4)) * int32(int8(xb[103])))))
+			aux = int32(aux + (sc4 * (int32(((wb[91]>>4)&15)|(((wb[27]>>3)&1)<<4)) * int32(int8(xb[111])))))
+			aux = int32(aux + (sc4 * (int32(((wb[99]>>4)&15)|(((wb[35]>>3)&1)<<4)) * int32(int8(xb[119])))))
+			aux = int32(aux + (sc4 * (int32(((wb[107]>>4)&15)|(((wb[43]>>3)&1)<<4)) * int32(int8(xb[127])))))
+			aux = int32(aux + (sc5 * (int32(((wb[115]>>0)&15)|(((wb[19]>>4)&1)<<4)) * int32(int8(xb[135])))))
+			aux = int32(aux + (sc5 * (int32(((wb[123]>>0)&15)|(((wb[27]>>4)&1)<<4)) * int32(int8(xb[143])))))
+			aux = int32(aux + (sc5 * (int32(((wb[131]>>0)&15)|(((wb[35]>>4)&1)<<4)) * int32(int8(xb[151])))))
+			aux = int32(aux + (sc5 * (int32(((wb[139]>>0)&15)|(((wb[43]>>4)&1)<<4)) * int32(int8(xb[159])))))
+			aux = int32(aux + (sc6 * (int32(((wb[115]>>4)&15)|(((wb[19]>>5)&1)<<4)) * int32(int8(xb[167])))))
+			aux = int32(aux + (sc6 * (int32(((wb[123]>>4)&15)|(((wb[27]>>5)&1)<<4)) * int32(int8(xb[175])))))
+			aux = int32(aux + (sc6 * (int32(((wb[131]>>4)&15)|(((wb[35]>>5)&1)<<4)) * int32(int8(xb[183])))))
+			aux = int32(aux + (sc6 * (int32(((wb[139]>>4)&15)|(((wb[43]>>5)&1)<<4)) * int32(int8(xb[191])))))
+			aux = int32(aux + (sc7 * (int32(((wb[147]>>0)&15)|(((wb[19]>>6)&1)<<4)) * int32(int8(xb[199])))))
+			aux = int32(aux + (sc7 * (int32(((wb[155]>>0)&15)|(((wb[27]>>6)&1)<<4)) * int32(int8(xb[207])))))
+			aux = int32(aux + (sc7 * (int32(((wb[163]>>0)&15)|(((wb[35]>>6)&1)<<4)) * int32(int8(xb[215])))))
+			aux = int32(aux + (sc7 * (int32(((wb[171]>>0)&15)|(((wb[43]>>6)&1)<<4)) * int32(int8(xb[223])))))
+			aux = int32(aux + (sc8 * (int32(((wb[147]>>4)&15)|(((wb[19]>>7)&1)<<4)) * int32(int8(xb[231])))))
+			aux = int32(aux + (sc8 * (int32(((wb[155]>>4)&15)|(((wb[27]>>7)&1)<<4)) * int32(int8(xb[239])))))
+			aux = int32(aux + (sc8 * (int32(((wb[163]>>4)&15)|(((wb[35]>>7)&1)<<4)) * int32(int8(xb[247])))))
+			aux = int32(aux + (sc8 * (int32(((wb[171]>>4)&15)|(((wb[43]>>7)&1)<<4)) * int32(int8(xb[255])))))
+			sum3 = float32(sum3 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[52]>>0)&15)|(((wb[20]>>0)&1)<<4)) * int32(int8(xb[8])))))
+			aux = int32(aux + (sc * (int32(((wb[60]>>0)&15)|(((wb[28]>>0)&1)<<4)) * int32(int8(xb[16])))))
+			aux = int32(aux + (sc * (int32(((wb[68]>>0)&15)|(((wb[36]>>0)&1)<<4)) * int32(int8(xb[24])))))
+			aux = int32(aux + (sc * (int32(((wb[76]>>0)&15)|(((wb[44]>>0)&1)<<4)) * int32(int8(xb[32])))))
+			aux = int32(aux + (sc2 * (int32(((wb[52]>>4)&15)|(((wb[20]>>1)&1)<<4)) * int32(int8(xb[40])))))
+			aux = int32(aux + (sc2 * (int32(((wb[60]>>4)&15)|(((wb[28]>>1)&1)<<4)) * int32(int8(xb[48])))))
+			aux = int32(aux + (sc2 * (int32(((wb[68]>>4)&15)|(((wb[36]>>1)&1)<<4)) * int32(int8(xb[56])))))
+			aux = int32(aux + (sc2 * (int32(((wb[76]>>4)&15)|(((wb[44]>>1)&1)<<4)) * int32(int8(xb[64])))))
+			aux = int32(aux + (sc3 * (int32(((wb[84]>>0)&15)|(((wb[20]>>2)&1)<<4)) * int32(int8(xb[72])))))
+			aux = int32(aux + (sc3 * (int32(((wb[92]>>0)&15)|(((wb[28]>>2)&1)<<4)) * int32(int8(xb[80])))))
+			aux = int32(aux + (sc3 * (int32(((wb[100]>>0)&15)|(((wb[36]>>2)&1)<<4)) * int32(int8(xb[88])))))
+			aux = int32(aux + (sc3 * (int32(((wb[108]>>0)&15)|(((wb[44]>>2)&1)<<4)) * int32(int8(xb[96])))))
+			aux = int32(aux + (sc4 * (int32(((wb[84]>>4)&15)|(((wb[20]>>3)&1)<<4)) * int32(int8(xb[104])))))
+			aux = int32(aux + (sc4 * (int32(((wb[92]>>4)&15)|(((wb[28]>>3)&1)<<4)) * int32(int8(xb[112])))))
+			aux = int32(aux + (sc4 * (int32(((wb[100]>>4)&15)|(((wb[36]>>3)&1)<<4)) * int32(int8(xb[120])))))
+			aux = int32(aux + (sc4 * (int32(((wb[108]>>4)&15)|(((wb[44]>>3)&1)<<4)) * int32(int8(xb[128])))))
+			aux = int32(aux + (sc5 * (int32(((wb[116]>>0)&15)|(((wb[20]>>4)&1)<<4)) * int32(int8(xb[136])))))
+			aux = int32(aux + (sc5 * (int32(((wb[124]>>0)&15)|(((wb[28]>>4)&1)<<4)) * int32(int8(xb[144])))))
+			aux = int32(aux + (sc5 * (int32(((wb[132]>>0)&15)|(((wb[36]>>4)&1)<<4)) * int32(int8(xb[152])))))
+			aux = int32(aux + (sc5 * (int32(((wb[140]>>0)&15)|(((wb[44]>>4)&1)<<4)) * int32(int8(xb[160])))))
+			aux = int32(aux + (sc6 * (int32(((wb[116]>>4)&15)|(((wb[20]>>5)&1)<<4)) * int32(int8(xb[168])))))
+			aux = int32(aux + (sc6 * (int32(((wb[124]>>4)&15)|(((wb[28]>>5)&1)<<4)) * int32(int8(xb[176])))))
+			aux = int32(aux + (sc6 * (int32(((wb[132]>>4)&15)|(((wb[36]>>5)&1)<<4)) * int32(int8(xb[184])))))
+			aux = int32(aux + (sc6 * (int32(((wb[140]>>4)&15)|(((wb[44]>>5)&1)<<4)) * int32(int8(xb[192])))))
+			aux = int32(aux + (sc7 * (int32(((wb[148]>>0)&15)|(((wb[20]>>6)&1)<<4)) * int32(int8(xb[200])))))
+			aux = int32(aux + (sc7 * (int32(((wb[156]>>0)&15)|(((wb[28]>>6)&1)<<4)) * int32(int8(xb[208])))))
+			aux = int32(aux + (sc7 * (int32(((wb[164]>>0)&15)|(((wb[36]>>6)&1)<<4)) * int32(int8(xb[216])))))
+			aux = int32(aux + (sc7 * (int32(((wb[172]>>0)&15)|(((wb[44]>>6)&1)<<4)) * int32(int8(xb[224])))))
+			aux = int32(aux + (sc8 * (int32(((wb[148]>>4)&15)|(((wb[20]>>7)&1)<<4)) * int32(int8(xb[232])))))
+			aux = int32(aux + (sc8 * (int32(((wb[156]>>4)&15)|(((wb[28]>>7)&1)<<4)) * int32(int8(xb[240])))))
+			aux = int32(aux + (sc8 * (int32(((wb[164]>>4)&15)|(((wb[36]>>7)&1)<<4)) * int32(int8(xb[248])))))
+			aux = int32(aux + (sc8 * (int32(((wb[172]>>4)&15)|(((wb[44]>>7)&1)<<4)) * int32(int8(xb[256])))))
+			sum4 = float32(sum4 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[53]>>0)&15)|(((wb[21]>>0)&1)<<4)) * int32(int8(xb[9])))))
+			aux = int32(aux + (sc * (int32(((wb[61]>>0)&15)|(((wb[29]>>0)&1)<<4)) * int32(int8(xb[17])))))
+			aux = int32(aux + (sc * (int32(((wb[69]>>0)&15)|(((wb[37]>>0)&1)<<4)) * int32(int8(xb[25])))))
+			aux = int32(aux + (sc * (int32(((wb[77]>>0)&15)|(((wb[45]>>0)&1)<<4)) * int32(int8(xb[33])))))
+			aux = int32(aux + (sc2 * (int32(((wb[53]>>4)&15)|(((wb[21]>>1)&1)<<4)) * int32(int8(xb[41])))))
+			aux = int32(aux + (sc2 * (int32(((wb[61]>>4)&15)|(((wb[29]>>1)&1)<<4)) * int32(int8(xb[49])))))
+			aux = int32(aux + (sc2 * (int32(((wb[69]>>4)&15)|(((wb[37]>>1)&1)<<4)) * int32(int8(xb[57])))))
+			aux = int32(aux + (sc2 * (int32(((wb[77]>>4)&15)|(((wb[45]>>1)&1)<<4)) * int32(int8(xb[65])))))
+			aux = int32(aux + (sc3 * (int32(((wb[85]>>0)&15)|(((wb[21]>>2)&1)<<4)) * int32(int8(xb[73])))))
+			aux = int32(aux + (sc3 * (int32(((wb[93]>>0)&15)|(((wb[29]>>2)&1)<<4)) * int32(int8(xb[81])))))
+			aux = int32(aux + (sc3 * (int32(((wb[101]>>0)&15)|(((wb[37]>>2)&1)<<4)) * int32(int8(xb[89])))))
+			aux = int32(aux + (sc3 * (int32(((wb[109]>>0)&15)|(((wb[45]>>2)&1)<<4)) * int32(int8(xb[97])))))
+			aux = int32(aux + (sc4 * (int32(((wb[85]>>4)&15)|(((wb[21]>>3)&1)<<4)) * int32(int8(xb[105])))))
+			aux = int32(aux + (sc4 * (int32(((wb[93]>>4)&15)|(((wb[29]>>3)&1)<<4)) * int32(int8(xb[113])))))
+			aux = int32(aux + (sc4 * (int32(((wb[101]>>4)&15)|(((wb[37]>>3)&1)<<4)) * int32(int8(xb[121])))))
+			aux = int32(aux + (sc4 * (int32(((wb[109]>>4)&15)|(((wb[45]>>3)&1)<<4)) * int32(int8(xb[129])))))
+			aux = int32(aux + (sc5 * (int32(((wb[117]>>0)&15)|(((wb[21]>>4)&1)<<4)) * int32(int8(xb[137])))))
+			aux = int32(aux + (sc5 * (int32(((wb[125]>>0)&15)|(((wb[29]>>4)&1)<<4)) * int32(int8(xb[145])))))
+			aux = int32(aux + (sc5 * (int32(((wb[133]>>0)&15)|(((wb[37]>>4)&1)<<4)) * int32(int8(xb[153])))))
+			aux = int32(aux + (sc5 * (int32(((wb[141]>>0)&15)|(((wb[45]>>4)&1)<<4)) * int32(int8(xb[161])))))
+			aux = int32(aux + (sc6 * (int32(((wb[117]>>4)&15)|(((wb[21]>>5)&1)<<4)) * int32(int8(xb[169])))))
+			aux = int32(aux + (sc6 * (int32(((wb[125]>>4)&15)|(((wb[29]>>5)&1)<<4)) * int32(int8(xb[177])))))
+			aux = int32(aux + (sc6 * (int32(((wb[133]>>4)&15)|(((wb[37]>>5)&1)<<4)) * int32(int8(xb[185])))))
+			aux = int32(aux + (sc6 * (int32(((wb[141]>>4)&15)|(((wb[45]>>5)&1)<<4)) * int32(int8(xb[193])))))
+			aux = int32(aux + (sc7 * (int32(((wb[149]>>0)&15)|(((wb[21]>>6)&1)<<4)) * int32(int8(xb[201])))))
+			aux = int32(aux + (sc7 * (int32(((wb[157]>>0)&15)|(((wb[29]>>6)&1)<<4)) * int32(int8(xb[209])))))
+			aux = int32(aux + (sc7 * (int32(((wb[165]>>0)&15)|(((wb[37]>>6)&1)<<4)) * int32(int8(xb[217])))))
+			aux = int32(aux + (sc7 * (int32(((wb[173]>>0)&15)|(((wb[45]>>6)&1)<<4)) * int32(int8(xb[225])))))
+			aux = int32(aux + (sc8 * (int32(((wb[149]>>4)&15)|(((wb[21]>>7)&1)<<4)) * int32(int8(xb[233])))))
+			aux = int32(aux + (sc8 * (int32(((wb[157]>>4)&15)|(((wb[29]>>7)&1)<<4)) * int32(int8(xb[241])))))
+			aux = int32(aux + (sc8 * (int32(((wb[165]>>4)&15)|(((wb[37]>>7)&1)<<4)) * int32(int8(xb[249])))))
+			aux = int32(aux + (sc8 * (int32(((wb[173]>>4)&15)|(((wb[45]>>7)&1)<<4)) * int32(int8(xb[257])))))
+			sum5 = float32(sum5 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[54]>>0)&15)|(((wb[22]>>0)&1)<<4)) * int32(int8(xb[10])))))
+			aux = int32(aux + (sc * (int32(((wb[62]>>0)&15)|(((wb[30]>>0)&1)<<4)) * int32(int8(xb[18])))))
+			aux = int32(aux + (sc * (int32(((wb[70]>>0)&15)|(((wb[38]>>0)&1)<<4)) * int32(int8(xb[26])))))
+			aux = int32(aux + (sc * (int32(((wb[78]>>0)&15)|(((wb[46]>>0)&1)<<4)) * int32(int8(xb[34])))))
+			aux = int32(aux + (sc2 * (int32(((wb[54]>>4)&15)|(((wb[22]>>1)&1)<<4)) * int32(int8(xb[42])))))
+			aux = int32(aux + (sc2 * (int32(((wb[62]>>4)&15)|(((wb[30]>>1)&1)<<4)) * int32(int8(xb[50])))))
+			aux = int32(aux + (sc2 * (int32(((wb[70]>>4)&15)|(((wb[38]>>1)&1)<<4)) * int32(int8(xb[58])))))
+			aux = int32(aux + (sc2 * (int32(((wb[78]>>4)&15)|(((wb[46]>>1)&1)<<4)) * int32(int8(xb[66])))))
+			aux = int32(aux + (sc3 * (int32(((wb[86]>>0)&15)|(((wb[22]>>2)&1)<<4)) * int32(int8(xb[74])))))
+			aux = int32(aux + (sc3 * (int32(((wb[94]>>0)&15)|(((wb[30]>>2)&1)<<4)) * int32(int8(xb[82])))))
+			aux = int32(aux + (sc3 * (int32(((wb[102]>>0)&15)|(((wb[38]>>2)&1)<<4)) * int32(int8(xb[90])))))
+			aux = int32(aux + (sc3 * (int32(((wb[110]>>0)&15)|(((wb[46]>>2)&1)<<4)) * int32(int8(xb[98])))))
+			aux = int32(aux + (sc4 * (int32(((wb[86]>>4)&15)|(((wb[22]>>3)&1)<<4)) * int32(int8(xb[106])))))
+			aux = int32(aux + (sc4 * (int32(((wb[94]>>4)&15)|(((wb[30]>>3)&1)<<4)) * int32(int8(xb[114])))))
+			aux = int32(aux + (sc4 * (int32(((wb[102]>>4)&15)|(((wb[38]>>3)&1)<<4)) * int32(int8(xb[122])))))
+			aux = int32(aux + (sc4 * (int32(((wb[110]>>4)&15)|(((wb[46]>>3)&1)<<4)) * int32(int8(xb[130])))))
+			aux = int32(aux + (sc5 * (int32(((wb[118]>>0)&15)|(((wb[22]>>4)&1)<<4)) * int32(int8(xb[138])))))
+			aux = int32(aux + (sc5 * (int32(((wb[126]>>0)&15)|(((wb[30]>>4)&1)<<4)) * int32(int8(xb[146])))))
+			aux = int32(aux + (sc5 * (int32(((wb[134]>>0)&15)|(((wb[38]>>4)&1)<<4)) * int32(int8(xb[154])))))
+			aux = int32(aux + (sc5 * (int32(((wb[142]>>0)&15)|(((wb[46]>>4)&1)<<4)) * int32(int8(xb[162])))))
+			aux = int32(aux + (sc6 * (int32(((wb[118]>>4)&15)|(((wb[22]>>5)&1)<<4)) * int32(int8(xb[170])))))
+			aux = int32(aux + (sc6 * (int32(((wb[126]>>4)&15)|(((wb[30]>>5)&1)<<4)) * int32(int8(xb[178])))))
+			aux = int32(aux + (sc6 * (int32(((wb[134]>>4)&15)|(((wb[38]>>5)&1)<<4)) * int32(int8(xb[186])))))
+			aux = int32(aux + (sc6 * (int32(((wb[142]>>4)&15)|(((wb[46]>>5)&1)<<4)) * int32(int8(xb[194])))))
+			aux = int32(aux + (sc7 * (int32(((wb[150]>>0)&15)|(((wb[22]>>6)&1)<<4)) * int32(int8(xb[202])))))
+			aux = int32(aux + (sc7 * (int32(((wb[158]>>0)&15)|(((wb[30]>>6)&1)<<4)) * int32(int8(xb[210])))))
+			aux = int32(aux + (sc7 * (int32(((wb[166]>>0)&15)|(((wb[38]>>6)&1)<<4)) * int32(int8(xb[218])))))
+			aux = int32(aux + (sc7 * (int32(((wb[174]>>0)&15)|(((wb[46]>>6)&1)<<4)) * int32(int8(xb[226])))))
+			aux = int32(aux + (sc8 * (int32(((wb[150]>>4)&15)|(((wb[22]>>7)&1)<<4)) * int32(int8(xb[234])))))
+			aux = int32(aux + (sc8 * (int32(((wb[158]>>4)&15)|(((wb[30]>>7)&1)<<4)) * int32(int8(xb[242])))))
+			aux = int32(aux + (sc8 * (int32(((wb[166]>>4)&15)|(((wb[38]>>7)&1)<<4)) * int32(int8(xb[250])))))
+			aux = int32(aux + (sc8 * (int32(((wb[174]>>4)&15)|(((wb[46]>>7)&1)<<4)) * int32(int8(xb[258])))))
+			sum6 = float32(sum6 + float32(d*float32(aux)))
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[55]>>0)&15)|(((wb[23]>>0)&1)<<4)) * int32(int8(xb[11])))))
+			aux = int32(aux + (sc * (int32(((wb[63]>>0)&15)|(((wb[31]>>0)&1)<<4)) * int32(int8(xb[19])))))
+			aux = int32(aux + (sc * (int32(((wb[71]>>0)&15)|(((wb[39]>>0)&1)<<4)) * int32(int8(xb[27])))))
+			aux = int32(aux + (sc * (int32(((wb[79]>>0)&15)|(((wb[47]>>0)&1)<<4)) * int32(int8(xb[35])))))
+			aux = int32(aux + (sc2 * (int32(((wb[55]>>4)&15)|(((wb[23]>>1)&1)<<4)) * int32(int8(xb[43])))))
+			aux = int32(aux + (sc2 * (int32(((wb[63]>>4)&15)|(((wb[31]>>1)&1)<<4)) * int32(int8(xb[51])))))
+			aux = int32(aux + (sc2 * (int32(((wb[71]>>4)&15)|(((wb[39]>>1)&1)<<4)) * int32(int8(xb[59])))))
+			aux = int32(aux + (sc2 * (int32(((wb[79]>>4)&15)|(((wb[47]>>1)&1)<<4)) * int32(int8(xb[67])))))
+			aux = int32(aux + (sc3 * (int32(((wb[87]>>0)&15)|(((wb[23]>>2)&1)<<4)) * int32(int8(xb[75])))))
+			aux = int32(aux + (sc3 * (int32(((wb[95]>>0)&15)|(((wb[31]>>2)&1)<<4)) * int32(int8(xb[83])))))
+			aux = int32(aux + (sc3 * (int32(((wb[103]>>0)&15)|(((wb[39]>>2)&1)<<4)) * int32(int8(xb[91])))))
+			aux = int32(aux + (sc3 * (int32(((wb[111]>>0)&15)|(((wb[47]>>2)&1)<<4)) * int32(int8(xb[99])))))
+			aux = int32(aux + (sc4 * (int32(((wb[87]>>4)&15)|(((wb[23]>>3)&1)<<4)) * int32(int8(xb[107])))))
+			aux = int32(aux + (sc4 * (int32(((wb[95]>>4)&15)|(((wb[31]>>3)&1)<<4)) * int32(int8(xb[115])))))
+			aux = int32(aux + (sc4 * (int32(((wb[103]>>4)&15)|(((wb[39]>>3)&1)<<4)) * int32(int8(xb[123])))))
+			aux = int32(aux + (sc4 * (int32(((wb[111]>>4)&15)|(((wb[47]>>3)&1)<<4)) * int32(int8(xb[131])))))
+			aux = int32(aux + (sc5 * (int32(((wb[119]>>0)&15)|(((wb[23]>>4)&1)<<4)) * int32(int8(xb[139])))))
+			aux = int32(aux + (sc5 * (int32(((wb[127]>>0)&15)|(((wb[31]>>4)&1)<<4)) * int32(int8(xb[147])))))
+			aux = int32(aux + (sc5 * (int32(((wb[135]>>0)&15)|(((wb[39]>>4)&1)<<4)) * int32(int8(xb[155])))))
+			aux = int32(aux + (sc5 * (int32(((wb[143]>>0)&15)|(((wb[47]>>4)&1)<<4)) * int32(int8(xb[163])))))
+			aux = int32(aux + (sc6 * (int32(((wb[119]>>4)&15)|(((wb[23]>>5)&1)<<4)) * int32(int8(xb[171])))))
+			aux = int32(aux + (sc6 * (int32(((wb[127]>>4)&15)|(((wb[31]>>5)&1)<<4)) * int32(int8(xb[179])))))
+			aux = int32(aux + (sc6 * (int32(((wb[135]>>4)&15)|(((wb[39]>>5)&1)<<4)) * int32(int8(xb[187])))))
+			aux = int32(aux + (sc6 * (int32(((wb[143]>>4)&15)|(((wb[47]>>5)&1)<<4)) * int32(int8(xb[195])))))
+			aux = int32(aux + (sc7 * (int32(((wb[151]>>0)&15)|(((wb[23]>>6)&1)<<4)) * int32(int8(xb[203])))))
+			aux = int32(aux + (sc7 * (int32(((wb[159]>>0)&15)|(((wb[31]>>6)&1)<<4)) * int32(int8(xb[211])))))
+			aux = int32(aux + (sc7 * (int32(((wb[167]>>0)&15)|(((wb[39]>>6)&1)<<4)) * int32(int8(xb[219])))))
+			aux = int32(aux + (sc7 * (int32(((wb[175]>>0)&15)|(((wb[47]>>6)&1)<<4)) * int32(int8(xb[227])))))
+			aux = int32(aux + (sc8 * (int32(((wb[151]>>4)&15)|(((wb[23]>>7)&1)<<4)) * int32(int8(xb[235])))))
+			aux = int32(aux + (sc8 * (int32(((wb[159]>>4)&15)|(((wb[31]>>7)&1)<<4)) * int32(int8(xb[243])))))
+			aux = int32(aux + (sc8 * (int32(((wb[167]>>4)&15)|(((wb[39]>>7)&1)<<4)) * int32(int8(xb[251])))))
+			aux = int32(aux + (sc8 * (int32(((wb[175]>>4)&15)|(((wb[47]>>7)&1)<<4)) * int32(int8(xb[259])))))
+			sum7 = float32(sum7 + float32(d*float32(aux)))
+		}
+		mins := int32(0)
+		mins = int32(mins + (((int32(uint16(xb[260])|uint16(xb[261])<<8) << 16) >> 16) * mn))
+		mins = int32(mins + (((int32(uint16(xb[262])|uint16(xb[263])<<8) << 16) >> 16) * mn))
+		mins = int32(mins + (((int32(uint16(xb[264])|uint16(xb[265])<<8) << 16) >> 16) * mn2))
+		mins = int32(mins + (((int32(uint16(xb[266])|uint16(xb[267])<<8) << 16) >> 16) * mn2))
+		mins = int32(mins + (((int32(uint16(xb[268])|uint16(xb[269])<<8) << 16) >> 16) * mn3))
+		mins = int32(mins + (((int32(uint16(xb[270])|uint16(xb[271])<<8) << 16) >> 16) * mn3))
+		mins = int32(mins + (((int32(uint16(xb[272])|uint16(xb[273])<<8) << 16) >> 16) * mn4))
+		mins = int32(mins + (((int32(uint16(xb[274])|uint16(xb[275])<<8) << 16) >> 16) * mn4))
+		mins = int32(mins + (((int32(uint16(xb[276])|uint16(xb[277])<<8) << 16) >> 16) * mn5))
+		mins = int32(mins + (((int32(uint16(xb[278])|uint16(xb[279])<<8) << 16) >> 16) * mn5))
+		mins = int32(mins + (((int32(uint16(xb[280])|uint16(xb[281])<<8) << 16) >> 16) * mn6))
+		mins = int32(mins + (((int32(uint16(xb[282])|uint16(xb[283])<<8) << 16) >> 16) * mn6))
+		mins = int32(mins + (((int32(uint16(xb[284])|uint16(xb[285])<<8) << 16) >> 16) * mn7))
+		mins = int32(mins + (((int32(uint16(xb[286])|uint16(xb[287])<<8) << 16) >> 16) * mn7))
+		mins = int32(mins + (((int32(uint16(xb[288])|uint16(xb[289])<<8) << 16) >> 16) * mn8))
+		mins = int32(mins + (((int32(uint16(xb[290])|uint16(xb[291])<<8) << 16) >> 16) * mn8))
+		sum = float32(sum + (-float32(dmin * float32(mins))))
+	}
+	sum = float32(sum + sum0)
+	sum = float32(sum + sum1)
+	sum = float32(sum + sum2)
+	sum = float32(sum + sum3)
+	sum = float32(sum + sum4)
+	sum = float32(sum + sum5)
+	sum = float32(sum + sum6)
+	sum = float32(sum + sum7)
+	return sum
+}
+
+// DotQ4_KAVX2 is DotQ4_K in ggml's AVX2 order.
+func DotQ4_KAVX2(n int, w []byte, x []byte) float32 {
+	sum := float32(0)
+	sum0 := float32(0)
+	sum1 := float32(0)
+	sum2 := float32(0)
+	sum3 := float32(0)
+	sum4 := float32(0)
+	sum5 := float32(0)
+	sum6 := float32(0)
+	sum7 := float32(0)
+	m0 := float32(0)
+	m1 := float32(0)
+	m2 := float32(0)
+	m3 := float32(0)
+	for blk := 0; blk < n/256; blk++ {
+		wb := (*[144]byte)(w[blk*144:])
+		xb := (*[292]byte)(x[blk*292:])
+		yd := math.Float32frombits(uint32(xb[0]) | uint32(xb[1])<<8 | uint32(xb[2])<<16 | uint32(xb[3])<<24)
+		d := float32(yd * f16tof32(uint16(wb[0])|uint16(wb[1])<<8))
+		dmin := float32((-yd) * f16tof32(uint16(wb[2])|uint16(wb[3])<<8))
+		sc := int32(wb[4] & 63)
+		mn := int32(wb[8] & 63)
+		sc2 := int32(wb[5] & 63)
+		mn2 := int32(wb[9] & 63)
+		sc3 := int32(wb[6] & 63)
+		mn3 := int32(wb[10] & 63)
+		sc4 := int32(wb[7] & 63)
+		mn4 := int32(wb[11] & 63)
+		sc5 := int32((wb[12] & 15) | ((wb[4] >> 6) << 4))
+		mn5 := int32((wb[12] >> 4) | ((wb[8] >> 6) << 4))
+		sc6 := int32((wb[13] & 15) | ((wb[5] >> 6) << 4))
+		mn6 := int32((wb[13] >> 4) | ((wb[9] >> 6) << 4))
+		sc7 := int32((wb[14] & 15) | ((wb[6] >> 6) << 4))
+		mn7 := int32((wb[14] >> 4) | ((wb[10] >> 6) << 4))
+		sc8 := int32((wb[15] & 15) | ((wb[7] >> 6) << 4))
+		mn8 := int32((wb[15] >> 4) | ((wb[11] >> 6) << 4))
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[16]>>0)&15) * int32(int8(xb[4])))))
+			aux = int32(aux + (sc * (int32((wb[17]>>0)&15) * int32(int8(xb[5])))))
+			aux = int32(aux + (sc * (int32((wb[18]>>0)&15) * int32(int8(xb[6])))))
+			aux = int32(aux + (sc * (int32((wb[19]>>0)&15) * int32(int8(xb[7])))))
+			aux = int32(aux + (sc2 * (int32((wb[16]>>4)&15) * int32(int8(xb[36])))))
+			aux = int32(aux + (sc2 * (int32((wb[17]>>4)&15) * int32(int8(xb[37])))))
+			aux = int32(aux + (sc2 * (int32((wb[18]>>4)&15) * int32(int8(xb[38])))))
+			aux = int32(aux + (sc2 * (int32((wb[19]>>4)&15) * int32(int8(xb[39])))))
+			aux = int32(aux + (sc3 * (int32((wb[48]>>0)&15) * int32(int8(xb[68])))))
+			aux = int32(aux + (sc3 * (int32((wb[49]>>0)&15) * int32(int8(xb[69])))))
+			aux = int32(aux + (sc3 * (int32((wb[50]>>0)&15) * int32(int8(xb[70])))))
+			aux = int32(aux + (sc3 * (int32((wb[51]>>0)&15) * int32(int8(xb[71])))))
+			aux = int32(aux + (sc4 * (int32((wb[48]>>4)&15) * int32(int8(xb[100])))))
+			aux = int32(aux + (sc4 * (int32((wb[49]>>4)&15) * int32(int8(xb[101])))))
+			aux = int32(aux + (sc4 * (int32((wb[50]>>4)&15) * int32(int8(xb[102])))))
+			aux = int32(aux + (sc4 * (int32((wb[51]>>4)&15) * int32(int8(xb[103])))))
+			aux = int32(aux + (sc5 * (int32((wb[80]>>0)&15) * int32(int8(xb[132])))))
+			aux = int32(aux + (sc5 * (int32((wb[81]>>0)&15) * int32(int8(xb[133])))))
+			aux = int32(aux + (sc5 * (int32((wb[82]>>0)&15) * int32(int8(xb[134])))))
+			aux = int32(aux + (sc5 * (int32((wb[83]>>0)&15) * int32(int8(xb[135])))))
+			aux = int32(aux + (sc6 * (int32((wb[80]>>4)&15) * int32(int8(xb[164])))))
+			aux = int32(aux + (sc6 * (int32((wb[81]>>4)&15) * int32(int8(xb[165])))))
+			aux = int32(aux + (sc6 * (int32((wb[82]>>4)&15) * int32(int8(xb[166])))))
+			aux = int32(aux + (sc6 * (int32((wb[83]>>4)&15) * int32(int8(xb[167])))))
+			aux = int32(aux + (sc7 * (int32((wb[112]>>0)&15) * int32(int8(xb[196])))))
+			aux = int32(aux + (sc7 * (int32((wb[113]>>0)&15) * int32(int8(xb[197])))))
+			aux = int32(aux + (sc7 * (int32((wb[114]>>0)&15) * int32(int8(xb[198])))))
+			aux = int32(aux + (sc7 * (int32((wb[115]>>0)&15) * int32(int8(xb[199])))))
+			aux = int32(aux + (sc8 * (int32((wb[112]>>4)&15) * int32(int8(xb[228])))))
+			aux = int32(aux + (sc8 * (int32((wb[113]>>4)&15) * int32(int8(xb[229])))))
+			aux = int32(aux + (sc8 * (int32((wb[114]>>4)&15) * int32(int8(xb[230])))))
+			aux = int32(aux + (sc8 * (int32((wb[115]>>4)&15) * int32(int8(xb[231])))))
+			sum0 = quant.FMA32(d, float32(aux), sum0)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[20]>>0)&15) * int32(int8(xb[8])))))
+			aux = int32(aux + (sc * (int32((wb[21]>>0)&15) * int32(int8(xb[9])))))
+			aux = int32(aux + (sc * (int32((wb[22]>>0)&15) * int32(int8(xb[10])))))
+			aux = int32(aux + (sc * (int32((wb[23]>>0)&15) * int32(int8(xb[11])))))
+			aux = int32(aux + (sc2 * (int32((wb[20]>>4)&15) * int32(int8(xb[40])))))
+			aux = int32(aux + (sc2 * (int32((wb[21]>>4)&15) * int32(int8(xb[41])))))
+			aux = int32(aux + (sc2 * (int32((wb[22]>>4)&15) * int32(int8(xb[42])))))
+			aux = int32(aux + (sc2 * (int32((wb[23]>>4)&15) * int32(int8(xb[43])))))
+			aux = int32(aux + (sc3 * (int32((wb[52]>>0)&15) * int32(int8(xb[72])))))
+			aux = int32(aux + (sc3 * (int32((wb[53]>>0)&15) * int32(int8(xb[73])))))
+			aux = int32(aux + (sc3 * (int32((wb[54]>>0)&15) * int32(int8(xb[74])))))
+			aux = int32(aux + (sc3 * (int32((wb[55]>>0)&15) * int32(int8(xb[75])))))
+			aux = int32(aux + (sc4 * (int32((wb[52]>>4)&15) * int32(int8(xb[104])))))
+			aux = int32(aux + (sc4 * (int32((wb[53]>>4)&15) * int32(int8(xb[105])))))
+			aux = int32(aux + (sc4 * (int32((wb[54]>>4)&15) * int32(int8(xb[106])))))
+			aux = int32(aux + (sc4 * (int32((wb[55]>>4)&15) * int32(int8(xb[107])))))
+			aux = int32(aux + (sc5 * (int32((wb[84]>>0)&15) * int32(int8(xb[136])))))
+			aux = int32(aux + (sc5 * (int32((wb[85]>>0)&15) * int32(int8(xb[137])))))
+			aux = int32(aux + (sc5 * (int32((wb[86]>>0)&15) * int32(int8(xb[138])))))
+			aux = int32(aux + (sc5 * (int32((wb[87]>>0)&15) * int32(int8(xb[139])))))
+			aux = int32(aux + (sc6 * (int32((wb[84]>>4)&15) * int32(int8(xb[168])))))
+			aux = int32(aux + (sc6 * (int32((wb[85]>>4)&15) * int32(int8(xb[169])))))
+			aux = int32(aux + (sc6 * (int32((wb[86]>>4)&15) * int32(int8(xb[170])))))
+			aux = int32(aux + (sc6 * (int32((wb[87]>>4)&15) * int32(int8(xb[171])))))
+			aux = int32(aux + (sc7 * (int32((wb[116]>>0)&15) * int32(int8(xb[200])))))
+			aux = int32(aux + (sc7 * (int32((wb[117]>>0)&15) * int32(int8(xb[201])))))
+			aux = int32(aux + (sc7 * (int32((wb[118]>>0)&15) * int32(int8(xb[202])))))
+			aux = int32(aux + (sc7 * (int32((wb[119]>>0)&15) * int32(int8(xb[203])))))
+			aux = int32(aux + (sc8 * (int32((wb[116]>>4)&15) * int32(int8(xb[232])))))
+			aux = int32(aux + (sc8 * (int32((wb[117]>>4)&15) * int32(int8(xb[233])))))
+			aux = int32(aux + (sc8 * (int32((wb[118]>>4)&15) * int32(int8(xb[234])))))
+			aux = int32(aux + (sc8 * (int32((wb[119]>>4)&15) * int32(int8(xb[235])))))
+			sum1 = quant.FMA32(d, float32(aux), sum1)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[24]>>0)&15) * int32(int8(xb[12])))))
+			aux = int32(aux + (sc * (int32((wb[25]>>0)&15) * int32(int8(xb[13])))))
+			aux = int32(aux + (sc * (int32((wb[26]>>0)&15) * int32(int8(xb[14])))))
+			aux = int32(aux + (sc * (int32((wb[27]>>0)&15) * int32(int8(xb[15])))))
+			aux = int32(aux + (sc2 * (int32((wb[24]>>4)&15) * int32(int8(xb[44])))))
+			aux = int32(aux + (sc2 * (int32((wb[25]>>4)&15) * int32(int8(xb[45])))))
+			aux = int32(aux + (sc2 * (int32((wb[26]>>4)&15) * int32(int8(xb[46])))))
+			aux = int32(aux + (sc2 * (int32((wb[27]>>4)&15) * int32(int8(xb[47])))))
+			aux = int32(aux + (sc3 * (int32((wb[56]>>0)&15) * int32(int8(xb[76])))))
+			aux = int32(aux + (sc3 * (int32((wb[57]>>0)&15) * int32(int8(xb[77])))))
+			aux = int32(aux + (sc3 * (int32((wb[58]>>0)&15) * int32(int8(xb[78])))))
+			aux = int32(aux + (sc3 * (int32((wb[59]>>0)&15) * int32(int8(xb[79])))))
+			aux = int32(aux + (sc4 * (int32((wb[56]>>4)&15) * int32(int8(xb[108])))))
+			aux = int32(aux + (sc4 * (int32((wb[57]>>4)&15) * int32(int8(xb[109])))))
+			aux = int32(aux + (sc4 * (int32((wb[58]>>4)&15) * int32(int8(xb[110])))))
+			aux = int32(aux + (sc4 * (int32((wb[59]>>4)&15) * int32(int8(xb[111])))))
+			aux = int32(aux + (sc5 * (int32((wb[88]>>0)&15) * int32(int8(xb[140])))))
+			aux = int32(aux + (sc5 * (int32((wb[89]>>0)&15) * int32(int8(xb[141])))))
+			aux = int32(aux + (sc5 * (int32((wb[90]>>0)&15) * int32(int8(xb[142])))))
+			aux = int32(aux + (sc5 * (int32((wb[91]>>0)&15) * int32(int8(xb[143])))))
+			aux = int32(aux + (sc6 * (int32((wb[88]>>4)&15) * int32(int8(xb[172])))))
+			aux = int32(aux + (sc6 * (int32((wb[89]>>4)&15) * int32(int8(xb[173])))))
+			aux = int32(aux + (sc6 * (int32((wb[90]>>4)&15) * int32(int8(xb[174])))))
+			aux = int32(aux + (sc6 * (int32((wb[91]>>4)&15) * int32(int8(xb[175])))))
+			aux = int32(aux + (sc7 * (int32((wb[120]>>0)&15) * int32(int8(xb[204])))))
+			aux = int32(aux + (sc7 * (int32((wb[121]>>0)&15) * int32(int8(xb[205])))))
+			aux = int32(aux + (sc7 * (int32((wb[122]>>0)&15) * int32(int8(xb[206])))))
+			aux = int32(aux + (sc7 * (int32((wb[123]>>0)&15) * int32(int8(xb[207])))))
+			aux = int32(aux + (sc8 * (int32((wb[120]>>4)&15) * int32(int8(xb[236])))))
+			aux = int32(aux + (sc8 * (int32((wb[121]>>4)&15) * int32(int8(xb[237])))))
+			aux = int32(aux + (sc8 * (int32((wb[122]>>4)&15) * int32(int8(xb[238])))))
+			aux = int32(aux + (sc8 * (int32((wb[123]>>4)&15) * int32(int8(xb[239])))))
+			sum2 = quant.FMA32(d, float32(aux), sum2)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[28]>>0)&15) * int32(int8(xb[16])))))
+			aux = int32(aux + (sc * (int32((wb[29]>>0)&15) * int32(int8(xb[17])))))
+			aux = int32(aux + (sc * (int32((wb[30]>>0)&15) * int32(int8(xb[18])))))
+			aux = int32(aux + (sc * (int32((wb[31]>>0)&15) * int32(int8(xb[19])))))
+			aux = int32(aux + (sc2 * (int32((wb[28]>>4)&15) * int32(int8(xb[48])))))
+			aux = int32(aux + (sc2 * (int32((wb[29]>>4)&15) * int32(int8(xb[49])))))
+			aux = int32(aux + (sc2 * (int32((wb[30]>>4)&15) * int32(int8(xb[50])))))
+			aux = int32(aux + (sc2 * (int32((wb[31]>>4)&15) * int32(int8(xb[51])))))
+			aux = int32(aux + (sc3 * (int32((wb[60]>>0)&15) * int32(int8(xb[80])))))
+			aux = int32(aux + (sc3 * (int32((wb[61]>>0)&15) * int32(int8(xb[81])))))
+			aux = int32(aux + (sc3 * (int32((wb[62]>>0)&15) * int32(int8(xb[82])))))
+			aux = int32(aux + (sc3 * (int32((wb[63]>>0)&15) * int32(int8(xb[83])))))
+			aux = int32(aux + (sc4 * (int32((wb[60]>>4)&15) * int32(int8(xb[112])))))
+			aux = int32(aux + (sc4 * (int32((wb[61]>>4)&15) * int32(int8(xb[113])))))
+			aux = int32(aux + (sc4 * (int32((wb[62]>>4)&15) * int32(int8(xb[114])))))
+			aux = int32(aux + (sc4 * (int32((wb[63]>>4)&15) * int32(int8(xb[115])))))
+			aux = int32(aux + (sc5 * (int32((wb[92]>>0)&15) * int32(int8(xb[144])))))
+			aux = int32(aux + (sc5 * (int32((wb[93]>>0)&15) * int32(int8(xb[145])))))
+			aux = int32(aux + (sc5 * (int32((wb[94]>>0)&15) * int32(int8(xb[146])))))
+			aux = int32(aux + (sc5 * (int32((wb[95]>>0)&15) * int32(int8(xb[147])))))
+			aux = int32(aux + (sc6 * (int32((wb[92]>>4)&15) * int32(int8(xb[176])))))
+			aux = int32(aux + (sc6 * (int32((wb[93]>>4)&15) * int32(int8(xb[177])))))
+			aux = int32(aux + (sc6 * (int32((wb[94]>>4)&15) * int32(int8(xb[178])))))
+			aux = int32(aux + (sc6 * (int32((wb[95]>>4)&15) * int32(int8(xb[179])))))
+			aux = int32(aux + (sc7 * (int32((wb[124]>>0)&15) * int32(int8(xb[208])))))
+			aux = int32(aux + (sc7 * (int32((wb[125]>>0)&15) * int32(int8(xb[209])))))
+			aux = int32(aux + (sc7 * (int32((wb[126]>>0)&15) * int32(int8(xb[210])))))
+			aux = int32(aux + (sc7 * (int32((wb[127]>>0)&15) * int32(int8(xb[211])))))
+			aux = int32(aux + (sc8 * (int32((wb[124]>>4)&15) * int32(int8(xb[240])))))
+			aux = int32(aux + (sc8 * (int32((wb[125]>>4)&15) * int32(int8(xb[241])))))
+			aux = int32(aux + (sc8 * (int32((wb[126]>>4)&15) * int32(int8(xb[242])))))
+			aux = int32(aux + (sc8 * (int32((wb[127]>>4)&15) * int32(int8(xb[243])))))
+			sum3 = quant.FMA32(d, float32(aux), sum3)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[32]>>0)&15) * int32(int8(xb[20])))))
+			aux = int32(aux + (sc * (int32((wb[33]>>0)&15) * int32(int8(xb[21])))))
+			aux = int32(aux + (sc * (int32((wb[34]>>0)&15) * int32(int8(xb[22])))))
+			aux = int32(aux + (sc * (int32((wb[35]>>0)&15) * int32(int8(xb[23])))))
+			aux = int32(aux + (sc2 * (int32((wb[32]>>4)&15) * int32(int8(xb[52])))))
+			aux = int32(aux + (sc2 * (int32((wb[33]>>4)&15) * int32(int8(xb[53])))))
+			aux = int32(aux + (sc2 * (int32((wb[34]>>4)&15) * int32(int8(xb[54])))))
+			aux = int32(aux + (sc2 * (int32((wb[35]>>4)&15) * int32(int8(xb[55])))))
+			aux = int32(aux + (sc3 * (int32((wb[64]>>0)&15) * int32(int8(xb[84])))))
+			aux = int32(aux + (sc3 * (int32((wb[65]>>0)&15) * int32(int8(xb[85])))))
+			aux = int32(aux + (sc3 * (int32((wb[66]>>0)&15) * int32(int8(xb[86])))))
+			aux = int32(aux + (sc3 * (int32((wb[67]>>0)&15) * int32(int8(xb[87])))))
+			aux = int32(aux + (sc4 * (int32((wb[64]>>4)&15) * int32(int8(xb[116])))))
+			aux = int32(aux + (sc4 * (int32((wb[65]>>4)&15) * int32(int8(xb[117])))))
+			aux = int32(aux + (sc4 * (int32((wb[66]>>4)&15) * int32(int8(xb[118])))))
+			aux = int32(aux + (sc4 * (int32((wb[67]>>4)&15) * int32(int8(xb[119])))))
+			aux = int32(aux + (sc5 * (int32((wb[96]>>0)&15) * int32(int8(xb[148])))))
+			aux = int32(aux + (sc5 * (int32((wb[97]>>0)&15) * int32(int8(xb[149])))))
+			aux = int32(aux + (sc5 * (int32((wb[98]>>0)&15) * int32(int8(xb[150])))))
+			aux = int32(aux + (sc5 * (int32((wb[99]>>0)&15) * int32(int8(xb[151])))))
+			aux = int32(aux + (sc6 * (int32((wb[96]>>4)&15) * int32(int8(xb[180])))))
+			aux = int32(aux + (sc6 * (int32((wb[97]>>4)&15) * int32(int8(xb[181])))))
+			aux = int32(aux + (sc6 * (int32((wb[98]>>4)&15) * int32(int8(xb[182])))))
+			aux = int32(aux + (sc6 * (int32((wb[99]>>4)&15) * int32(int8(xb[183])))))
+			aux = int32(aux + (sc7 * (int32((wb[128]>>0)&15) * int32(int8(xb[212])))))
+			aux = int32(aux + (sc7 * (int32((wb[129]>>0)&15) * int32(int8(xb[213])))))
+			aux = int32(aux + (sc7 * (int32((wb[130]>>0)&15) * int32(int8(xb[214])))))
+			aux = int32(aux + (sc7 * (int32((wb[131]>>0)&15) * int32(int8(xb[215])))))
+			aux = int32(aux + (sc8 * (int32((wb[128]>>4)&15) * int32(int8(xb[244])))))
+			aux = int32(aux + (sc8 * (int32((wb[129]>>4)&15) * int32(int8(xb[245])))))
+			aux = int32(aux + (sc8 * (int32((wb[130]>>4)&15) * int32(int8(xb[246])))))
+			aux = int32(aux + (sc8 * (int32((wb[131]>>4)&15) * int32(int8(xb[247])))))
+			sum4 = quant.FMA32(d, float32(aux), sum4)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[36]>>0)&15) * int32(int8(xb[24])))))
+			aux = int32(aux + (sc * (int32((wb[37]>>0)&15) * int32(int8(xb[25])))))
+			aux = int32(aux + (sc * (int32((wb[38]>>0)&15) * int32(int8(xb[26])))))
+			aux = int32(aux + (sc * (int32((wb[39]>>0)&15) * int32(int8(xb[27])))))
+			aux = int32(aux + (sc2 * (int32((wb[36]>>4)&15) * int32(int8(xb[56])))))
+			aux = int32(aux + (sc2 * (int32((wb[37]>>4)&15) * int32(int8(xb[57])))))
+			aux = int32(aux + (sc2 * (int32((wb[38]>>4)&15) * int32(int8(xb[58])))))
+			aux = int32(aux + (sc2 * (int32((wb[39]>>4)&15) * int32(int8(xb[59])))))
+			aux = int32(aux + (sc3 * (int32((wb[68]>>0)&15) * int32(int8(xb[88])))))
+			aux = int32(aux + (sc3 * (int32((wb[69]>>0)&15) * int32(int8(xb[89])))))
+			aux = int32(aux + (sc3 * (int32((wb[70]>>0)&15) * int32(int8(xb[90])))))
+			aux = int32(aux + (sc3 * (int32((wb[71]>>0)&15) * int32(int8(xb[91])))))
+			aux = int32(aux + (sc4 * (int32((wb[68]>>4)&15) * int32(int8(xb[120])))))
+			aux = int32(aux + (sc4 * (int32((wb[69]>>4)&15) * int32(int8(xb[121])))))
+			aux = int32(aux + (sc4 * (int32((wb[70]>>4)&15) * int32(int8(xb[122])))))
+			aux = int32(aux + (sc4 * (int32((wb[71]>>4)&15) * int32(int8(xb[123])))))
+			aux = int32(aux + (sc5 * (int32((wb[100]>>0)&15) * int32(int8(xb[152])))))
+			aux = int32(aux + (sc5 * (int32((wb[101]>>0)&15) * int32(int8(xb[153])))))
+			aux = int32(aux + (sc5 * (int32((wb[102]>>0)&15) * int32(int8(xb[154])))))
+			aux = int32(aux + (sc5 * (int32((wb[103]>>0)&15) * int32(int8(xb[155])))))
+			aux = int32(aux + (sc6 * (int32((wb[100]>>4)&15) * int32(int8(xb[184])))))
+			aux = int32(aux + (sc6 * (int32((wb[101]>>4)&15) * int32(int8(xb[185])))))
+			aux = int32(aux + (sc6 * (int32((wb[102]>>4)&15) * int32(int8(xb[186])))))
+			aux = int32(aux + (sc6 * (int32((wb[103]>>4)&15) * int32(int8(xb[187])))))
+			aux = int32(aux + (sc7 * (int32((wb[132]>>0)&15) * int32(int8(xb[216])))))
+			aux = int32(aux + (sc7 * (int32((wb[133]>>0)&15) * int32(int8(xb[217])))))
+			aux = int32(aux + (sc7 * (int32((wb[134]>>0)&15) * int32(int8(xb[218])))))
+			aux = int32(aux + (sc7 * (int32((wb[135]>>0)&15) * int32(int8(xb[219])))))
+			aux = int32(aux + (sc8 * (int32((wb[132]>>4)&15) * int32(int8(xb[248])))))
+			aux = int32(aux + (sc8 * (int32((wb[133]>>4)&15) * int32(int8(xb[249])))))
+			aux = int32(aux + (sc8 * (int32((wb[134]>>4)&15) * int32(int8(xb[250])))))
+			aux = int32(aux + (sc8 * (int32((wb[135]>>4)&15) * int32(int8(xb[251])))))
+			sum5 = quant.FMA32(d, float32(aux), sum5)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[40]>>0)&15) * int32(int8(xb[28])))))
+			aux = int32(aux + (sc * (int32((wb[41]>>0)&15) * int32(int8(xb[29])))))
+			aux = int32(aux + (sc * (int32((wb[42]>>0)&15) * int32(int8(xb[30])))))
+			aux = int32(aux + (sc * (int32((wb[43]>>0)&15) * int32(int8(xb[31])))))
+			aux = int32(aux + (sc2 * (int32((wb[40]>>4)&15) * int32(int8(xb[60])))))
+			aux = int32(aux + (sc2 * (int32((wb[41]>>4)&15) * int32(int8(xb[61])))))
+			aux = int32(aux + (sc2 * (int32((wb[42]>>4)&15) * int32(int8(xb[62])))))
+			aux = int32(aux + (sc2 * (int32((wb[43]>>4)&15) * int32(int8(xb[63])))))
+			aux = int32(aux + (sc3 * (int32((wb[72]>>0)&15) * int32(int8(xb[92])))))
+			aux = int32(aux + (sc3 * (int32((wb[73]>>0)&15) * int32(int8(xb[93])))))
+			aux = int32(aux + (sc3 * (int32((wb[74]>>0)&15) * int32(int8(xb[94])))))
+			aux = int32(aux + (sc3 * (int32((wb[75]>>0)&15) * int32(int8(xb[95])))))
+			aux = int32(aux + (sc4 * (int32((wb[72]>>4)&15) * int32(int8(xb[124])))))
+			aux = int32(aux + (sc4 * (int32((wb[73]>>4)&15) * int32(int8(xb[125])))))
+			aux = int32(aux + (sc4 * (int32((wb[74]>>4)&15) * int32(int8(xb[126])))))
+			aux = int32(aux + (sc4 * (int32((wb[75]>>4)&15) * int32(int8(xb[127])))))
+			aux = int32(aux + (sc5 * (int32((wb[104]>>0)&15) * int32(int8(xb[156])))))
+			aux = int32(aux + (sc5 * (int32((wb[105]>>0)&15) * int32(int8(xb[157])))))
+			aux = int32(aux + (sc5 * (int32((wb[106]>>0)&15) * int32(int8(xb[158])))))
+			aux = int32(aux + (sc5 * (int32((wb[107]>>0)&15) * int32(int8(xb[159])))))
+			aux = int32(aux + (sc6 * (int32((wb[104]>>4)&15) * int32(int8(xb[188])))))
+			aux = int32(aux + (sc6 * (int32((wb[105]>>4)&15) * int32(int8(xb[189])))))
+			aux = int32(aux + (sc6 * (int32((wb[106]>>4)&15) * int32(int8(xb[190])))))
+			aux = int32(aux + (sc6 * (int32((wb[107]>>4)&15) * int32(int8(xb[191])))))
+			aux = int32(aux + (sc7 * (int32((wb[136]>>0)&15) * int32(int8(xb[220])))))
+			aux = int32(aux + (sc7 * (int32((wb[137]>>0)&15) * int32(int8(xb[221])))))
+			aux = int32(aux + (sc7 * (int32((wb[138]>>0)&15) * int32(int8(xb[222])))))
+			aux = int32(aux + (sc7 * (int32((wb[139]>>0)&15) * int32(int8(xb[223])))))
+			aux = int32(aux + (sc8 * (int32((wb[136]>>4)&15) * int32(int8(xb[252])))))
+			aux = int32(aux + (sc8 * (int32((wb[137]>>4)&15) * int32(int8(xb[253])))))
+			aux = int32(aux + (sc8 * (int32((wb[138]>>4)&15) * int32(int8(xb[254])))))
+			aux = int32(aux + (sc8 * (int32((wb[139]>>4)&15) * int32(int8(xb[255])))))
+			sum6 = quant.FMA32(d, float32(aux), sum6)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32((wb[44]>>0)&15) * int32(int8(xb[32])))))
+			aux = int32(aux + (sc * (int32((wb[45]>>0)&15) * int32(int8(xb[33])))))
+			aux = int32(aux + (sc * (int32((wb[46]>>0)&15) * int32(int8(xb[34])))))
+			aux = int32(aux + (sc * (int32((wb[47]>>0)&15) * int32(int8(xb[35])))))
+			aux = int32(aux + (sc2 * (int32((wb[44]>>4)&15) * int32(int8(xb[64])))))
+			aux = int32(aux + (sc2 * (int32((wb[45]>>4)&15) * int32(int8(xb[65])))))
+			aux = int32(aux + (sc2 * (int32((wb[46]>>4)&15) * int32(int8(xb[66])))))
+			aux = int32(aux + (sc2 * (int32((wb[47]>>4)&15) * int32(int8(xb[67])))))
+			aux = int32(aux + (sc3 * (int32((wb[76]>>0)&15) * int32(int8(xb[96])))))
+			aux = int32(aux + (sc3 * (int32((wb[77]>>0)&15) * int32(int8(xb[97])))))
+			aux = int32(aux + (sc3 * (int32((wb[78]>>0)&15) * int32(int8(xb[98])))))
+			aux = int32(aux + (sc3 * (int32((wb[79]>>0)&15) * int32(int8(xb[99])))))
+			aux = int32(aux + (sc4 * (int32((wb[76]>>4)&15) * int32(int8(xb[128])))))
+			aux = int32(aux + (sc4 * (int32((wb[77]>>4)&15) * int32(int8(xb[129])))))
+			aux = int32(aux + (sc4 * (int32((wb[78]>>4)&15) * int32(int8(xb[130])))))
+			aux = int32(aux + (sc4 * (int32((wb[79]>>4)&15) * int32(int8(xb[131])))))
+			aux = int32(aux + (sc5 * (int32((wb[108]>>0)&15) * int32(int8(xb[160])))))
+			aux = int32(aux + (sc5 * (int32((wb[109]>>0)&15) * int32(int8(xb[161])))))
+			aux = int32(aux + (sc5 * (int32((wb[110]>>0)&15) * int32(int8(xb[162])))))
+			aux = int32(aux + (sc5 * (int32((wb[111]>>0)&15) * int32(int8(xb[163])))))
+			aux = int32(aux + (sc6 * (int32((wb[108]>>4)&15) * int32(int8(xb[192])))))
+			aux = int32(aux + (sc6 * (int32((wb[109]>>4)&15) * int32(int8(xb[193])))))
+			aux = int32(aux + (sc6 * (int32((wb[110]>>4)&15) * int32(int8(xb[194])))))
+			aux = int32(aux + (sc6 * (int32((wb[111]>>4)&15) * int32(int8(xb[195])))))
+			aux = int32(aux + (sc7 * (int32((wb[140]>>0)&15) * int32(int8(xb[224])))))
+			aux = int32(aux + (sc7 * (int32((wb[141]>>0)&15) * int32(int8(xb[225])))))
+			aux = int32(aux + (sc7 * (int32((wb[142]>>0)&15) * int32(int8(xb[226])))))
+			aux = int32(aux + (sc7 * (int32((wb[143]>>0)&15) * int32(int8(xb[227])))))
+			aux = int32(aux + (sc8 * (int32((wb[140]>>4)&15) * int32(int8(xb[256])))))
+			aux = int32(aux + (sc8 * (int32((wb[141]>>4)&15) * int32(int8(xb[257])))))
+			aux = int32(aux + (sc8 * (int32((wb[142]>>4)&15) * int32(int8(xb[258])))))
+			aux = int32(aux + (sc8 * (int32((wb[143]>>4)&15) * int32(int8(xb[259])))))
+			sum7 = quant.FMA32(d, float32(aux), sum7)
+		}
+		m0 = quant.FMA32(dmin, float32((mn*(((int32(uint16(xb[260])|uint16(xb[261])<<8)<<16)>>16)+((int32(uint16(xb[262])|uint16(xb[263])<<8)<<16)>>16)))+(mn2*(((int32(uint16(xb[264])|uint16(xb[265])<<8)<<16)>>16)+((int32(uint16(xb[266])|uint16(xb[267])<<8)<<16)>>16)))), m0)
+		m1 = quant.FMA32(dmin, float32((mn3*(((int32(uint16(xb[268])|uint16(xb[269])<<8)<<16)>>16)+((int32(uint16(xb[270])|uint16(xb[271])<<8)<<16)>>16)))+(mn4*(((int32(uint16(xb[272])|uint16(xb[273])<<8)<<16)>>16)+((int32(uint16(xb[274])|uint16(xb[275])<<8)<<16)>>16)))), m1)
+		m2 = quant.FMA32(dmin, float32((mn5*(((int32(uint16(xb[276])|uint16(xb[277])<<8)<<16)>>16)+((int32(uint16(xb[278])|uint16(xb[279])<<8)<<16)>>16)))+(mn6*(((int32(uint16(xb[280])|uint16(xb[281])<<8)<<16)>>16)+((int32(uint16(xb[282])|uint16(xb[283])<<8)<<16)>>16)))), m2)
+		m3 = quant.FMA32(dmin, float32((mn7*(((int32(uint16(xb[284])|uint16(xb[285])<<8)<<16)>>16)+((int32(uint16(xb[286])|uint16(xb[287])<<8)<<16)>>16)))+(mn8*(((int32(uint16(xb[288])|uint16(xb[289])<<8)<<16)>>16)+((int32(uint16(xb[290])|uint16(xb[291])<<8)<<16)>>16)))), m3)
+	}
+	sum0 = float32(sum0 + sum4)
+	sum1 = float32(sum1 + sum5)
+	sum2 = float32(sum2 + sum6)
+	sum3 = float32(sum3 + sum7)
+	sum0 = float32(sum0 + sum2)
+	sum1 = float32(sum1 + sum3)
+	sum0 = float32(sum0 + sum1)
+	sum = float32(sum + sum0)
+	return float32(sum + float32(float32(m0+m2)+float32(m1+m3)))
+}
+
+// DotQ4_KRepack8x8 is DotQ4_K in the order of ggml's repacked q4_K_8x8 kernels.
+func DotQ4_KRepack8x8(n int, w []byte, x []byte) float32 {
+	sum := float32(0)
+	msum := float32(0)
+	for blk := 0; blk < n/256; blk++ {
+		wb := (*[144]byte)(w[blk*144:])
+		xb := (*[292]byte)(x[blk*292:])
+		yd := math.Float32frombits(uint32(xb[0]) | uint32(xb[1])<<8 | uint32(xb[2])<<16 | uint32(xb[3])<<24)
+		d := float32(f16tof32(uint16(wb[0])|uint16(wb[1])<<8) * yd)
+		dmin := float32(f16tof32(uint16(wb[2])|uint16(wb[3])<<8) * yd)
+		sc := int32(wb[4] & 63)
+		mn := int32(wb[8] & 63)
+		sc2 := int32(wb[5] & 63)
+		mn2 := int32(wb[9] & 63)
+		sc3 := int32(wb[6] & 63)
+		mn3 := int32(wb[10] & 63)
+		sc4 := int32(wb[7] & 63)
+		mn4 := int32(wb[11] & 63)
+		sc5 := int32((wb[12] & 15) | ((wb[4] >> 6) << 4))
+		mn5 := int32((wb[12] >> 4) | ((wb[8] >> 6) << 4))
+		sc6 := int32((wb[13] & 15) | ((wb[5] >> 6) << 4))
+		mn6 := int32((wb[13] >> 4) | ((wb[9] >> 6) << 4))
+		sc7 := int32((wb[14] & 15) | ((wb[6] >> 6) << 4))
+		mn7 := int32((wb[14] >> 4) | ((wb[10] >> 6) << 4))
+		sc8 := int32((wb[15] & 15) | ((wb[7] >> 6) << 4))
+		mn8 := int32((wb[15] >> 4) | ((wb[11] >> 6) << 4))
+		s := int32(0)
+		{
+			s = int32(s + (sc * (int32((wb[16]>>0)&15) * int32(int8(xb[4])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[17]>>0)&15) * int32(int8(xb[5])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[18]>>0)&15) * int32(int8(xb[6])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[19]>>0)&15) * int32(int8(xb[7])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[20]>>0)&15) * int32(int8(xb[8])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[21]>>0)&15) * int32(int8(xb[9])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[22]>>0)&15) * int32(int8(xb[10])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[23]>>0)&15) * int32(int8(xb[11])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[24]>>0)&15) * int32(int8(xb[12])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[25]>>0)&15) * int32(int8(xb[13])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[26]>>0)&15) * int32(int8(xb[14])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[27]>>0)&15) * int32(int8(xb[15])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[28]>>0)&15) * int32(int8(xb[16])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[29]>>0)&15) * int32(int8(xb[17])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[30]>>0)&15) * int32(int8(xb[18])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[31]>>0)&15) * int32(int8(xb[19])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[32]>>0)&15) * int32(int8(xb[20])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[33]>>0)&15) * int32(int8(xb[21])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[34]>>0)&15) * int32(int8(xb[22])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[35]>>0)&15) * int32(int8(xb[23])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[36]>>0)&15) * int32(int8(xb[24])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[37]>>0)&15) * int32(int8(xb[25])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[38]>>0)&15) * int32(int8(xb[26])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[39]>>0)&15) * int32(int8(xb[27])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[40]>>0)&15) * int32(int8(xb[28])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[41]>>0)&15) * int32(int8(xb[29])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[42]>>0)&15) * int32(int8(xb[30])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[43]>>0)&15) * int32(int8(xb[31])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[44]>>0)&15) * int32(int8(xb[32])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[45]>>0)&15) * int32(int8(xb[33])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[46]>>0)&15) * int32(int8(xb[34])))))
+		}
+		{
+			s = int32(s + (sc * (int32((wb[47]>>0)&15) * int32(int8(xb[35])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[16]>>4)&15) * int32(int8(xb[36])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[17]>>4)&15) * int32(int8(xb[37])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[18]>>4)&15) * int32(int8(xb[38])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[19]>>4)&15) * int32(int8(xb[39])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[20]>>4)&15) * int32(int8(xb[40])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[21]>>4)&15) * int32(int8(xb[41])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[22]>>4)&15) * int32(int8(xb[42])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[23]>>4)&15) * int32(int8(xb[43])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[24]>>4)&15) * int32(int8(xb[44])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[25]>>4)&15) * int32(int8(xb[45])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[26]>>4)&15) * int32(int8(xb[46])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[27]>>4)&15) * int32(int8(xb[47])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[28]>>4)&15) * int32(int8(xb[48])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[29]>>4)&15) * int32(int8(xb[49])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[30]>>4)&15) * int32(int8(xb[50])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[31]>>4)&15) * int32(int8(xb[51])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[32]>>4)&15) * int32(int8(xb[52])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[33]>>4)&15) * int32(int8(xb[53])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[34]>>4)&15) * int32(int8(xb[54])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[35]>>4)&15) * int32(int8(xb[55])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[36]>>4)&15) * int32(int8(xb[56])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[37]>>4)&15) * int32(int8(xb[57])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[38]>>4)&15) * int32(int8(xb[58])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[39]>>4)&15) * int32(int8(xb[59])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[40]>>4)&15) * int32(int8(xb[60])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[41]>>4)&15) * int32(int8(xb[61])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[42]>>4)&15) * int32(int8(xb[62])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[43]>>4)&15) * int32(int8(xb[63])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[44]>>4)&15) * int32(int8(xb[64])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[45]>>4)&15) * int32(int8(xb[65])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[46]>>4)&15) * int32(int8(xb[66])))))
+		}
+		{
+			s = int32(s + (sc2 * (int32((wb[47]>>4)&15) * int32(int8(xb[67])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[48]>>0)&15) * int32(int8(xb[68])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[49]>>0)&15) * int32(int8(xb[69])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[50]>>0)&15) * int32(int8(xb[70])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[51]>>0)&15) * int32(int8(xb[71])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[52]>>0)&15) * int32(int8(xb[72])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[53]>>0)&15) * int32(int8(xb[73])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[54]>>0)&15) * int32(int8(xb[74])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[55]>>0)&15) * int32(int8(xb[75])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[56]>>0)&15) * int32(int8(xb[76])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[57]>>0)&15) * int32(int8(xb[77])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[58]>>0)&15) * int32(int8(xb[78])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[59]>>0)&15) * int32(int8(xb[79])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[60]>>0)&15) * int32(int8(xb[80])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[61]>>0)&15) * int32(int8(xb[81])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[62]>>0)&15) * int32(int8(xb[82])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[63]>>0)&15) * int32(int8(xb[83])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[64]>>0)&15) * int32(int8(xb[84])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[65]>>0)&15) * int32(int8(xb[85])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[66]>>0)&15) * int32(int8(xb[86])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[67]>>0)&15) * int32(int8(xb[87])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[68]>>0)&15) * int32(int8(xb[88])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[69]>>0)&15) * int32(int8(xb[89])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[70]>>0)&15) * int32(int8(xb[90])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[71]>>0)&15) * int32(int8(xb[91])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[72]>>0)&15) * int32(int8(xb[92])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[73]>>0)&15) * int32(int8(xb[93])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[74]>>0)&15) * int32(int8(xb[94])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[75]>>0)&15) * int32(int8(xb[95])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[76]>>0)&15) * int32(int8(xb[96])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[77]>>0)&15) * int32(int8(xb[97])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[78]>>0)&15) * int32(int8(xb[98])))))
+		}
+		{
+			s = int32(s + (sc3 * (int32((wb[79]>>0)&15) * int32(int8(xb[99])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[48]>>4)&15) * int32(int8(xb[100])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[49]>>4)&15) * int32(int8(xb[101])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[50]>>4)&15) * int32(int8(xb[102])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[51]>>4)&15) * int32(int8(xb[103])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[52]>>4)&15) * int32(int8(xb[104])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[53]>>4)&15) * int32(int8(xb[105])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[54]>>4)&15) * int32(int8(xb[106])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[55]>>4)&15) * int32(int8(xb[107])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[56]>>4)&15) * int32(int8(xb[108])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[57]>>4)&15) * int32(int8(xb[109])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[58]>>4)&15) * int32(int8(xb[110])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[59]>>4)&15) * int32(int8(xb[111])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[60]>>4)&15) * int32(int8(xb[112])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[61]>>4)&15) * int32(int8(xb[113])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[62]>>4)&15) * int32(int8(xb[114])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[63]>>4)&15) * int32(int8(xb[115])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[64]>>4)&15) * int32(int8(xb[116])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[65]>>4)&15) * int32(int8(xb[117])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[66]>>4)&15) * int32(int8(xb[118])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[67]>>4)&15) * int32(int8(xb[119])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[68]>>4)&15) * int32(int8(xb[120])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[69]>>4)&15) * int32(int8(xb[121])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[70]>>4)&15) * int32(int8(xb[122])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[71]>>4)&15) * int32(int8(xb[123])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[72]>>4)&15) * int32(int8(xb[124])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[73]>>4)&15) * int32(int8(xb[125])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[74]>>4)&15) * int32(int8(xb[126])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[75]>>4)&15) * int32(int8(xb[127])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[76]>>4)&15) * int32(int8(xb[128])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[77]>>4)&15) * int32(int8(xb[129])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[78]>>4)&15) * int32(int8(xb[130])))))
+		}
+		{
+			s = int32(s + (sc4 * (int32((wb[79]>>4)&15) * int32(int8(xb[131])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[80]>>0)&15) * int32(int8(xb[132])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[81]>>0)&15) * int32(int8(xb[133])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[82]>>0)&15) * int32(int8(xb[134])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[83]>>0)&15) * int32(int8(xb[135])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[84]>>0)&15) * int32(int8(xb[136])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[85]>>0)&15) * int32(int8(xb[137])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[86]>>0)&15) * int32(int8(xb[138])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[87]>>0)&15) * int32(int8(xb[139])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[88]>>0)&15) * int32(int8(xb[140])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[89]>>0)&15) * int32(int8(xb[141])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[90]>>0)&15) * int32(int8(xb[142])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[91]>>0)&15) * int32(int8(xb[143])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[92]>>0)&15) * int32(int8(xb[144])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[93]>>0)&15) * int32(int8(xb[145])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[94]>>0)&15) * int32(int8(xb[146])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[95]>>0)&15) * int32(int8(xb[147])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[96]>>0)&15) * int32(int8(xb[148])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[97]>>0)&15) * int32(int8(xb[149])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[98]>>0)&15) * int32(int8(xb[150])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[99]>>0)&15) * int32(int8(xb[151])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[100]>>0)&15) * int32(int8(xb[152])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[101]>>0)&15) * int32(int8(xb[153])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[102]>>0)&15) * int32(int8(xb[154])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[103]>>0)&15) * int32(int8(xb[155])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[104]>>0)&15) * int32(int8(xb[156])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[105]>>0)&15) * int32(int8(xb[157])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[106]>>0)&15) * int32(int8(xb[158])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[107]>>0)&15) * int32(int8(xb[159])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[108]>>0)&15) * int32(int8(xb[160])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[109]>>0)&15) * int32(int8(xb[161])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[110]>>0)&15) * int32(int8(xb[162])))))
+		}
+		{
+			s = int32(s + (sc5 * (int32((wb[111]>>0)&15) * int32(int8(xb[163])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[80]>>4)&15) * int32(int8(xb[164])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[81]>>4)&15) * int32(int8(xb[165])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[82]>>4)&15) * int32(int8(xb[166])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[83]>>4)&15) * int32(int8(xb[167])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[84]>>4)&15) * int32(int8(xb[168])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[85]>>4)&15) * int32(int8(xb[169])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[86]>>4)&15) * int32(int8(xb[170])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[87]>>4)&15) * int32(int8(xb[171])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[88]>>4)&15) * int32(int8(xb[172])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[89]>>4)&15) * int32(int8(xb[173])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[90]>>4)&15) * int32(int8(xb[174])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[91]>>4)&15) * int32(int8(xb[175])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[92]>>4)&15) * int32(int8(xb[176])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[93]>>4)&15) * int32(int8(xb[177])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[94]>>4)&15) * int32(int8(xb[178])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[95]>>4)&15) * int32(int8(xb[179])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[96]>>4)&15) * int32(int8(xb[180])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[97]>>4)&15) * int32(int8(xb[181])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[98]>>4)&15) * int32(int8(xb[182])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[99]>>4)&15) * int32(int8(xb[183])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[100]>>4)&15) * int32(int8(xb[184])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[101]>>4)&15) * int32(int8(xb[185])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[102]>>4)&15) * int32(int8(xb[186])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[103]>>4)&15) * int32(int8(xb[187])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[104]>>4)&15) * int32(int8(xb[188])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[105]>>4)&15) * int32(int8(xb[189])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[106]>>4)&15) * int32(int8(xb[190])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[107]>>4)&15) * int32(int8(xb[191])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[108]>>4)&15) * int32(int8(xb[192])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[109]>>4)&15) * int32(int8(xb[193])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[110]>>4)&15) * int32(int8(xb[194])))))
+		}
+		{
+			s = int32(s + (sc6 * (int32((wb[111]>>4)&15) * int32(int8(xb[195])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[112]>>0)&15) * int32(int8(xb[196])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[113]>>0)&15) * int32(int8(xb[197])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[114]>>0)&15) * int32(int8(xb[198])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[115]>>0)&15) * int32(int8(xb[199])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[116]>>0)&15) * int32(int8(xb[200])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[117]>>0)&15) * int32(int8(xb[201])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[118]>>0)&15) * int32(int8(xb[202])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[119]>>0)&15) * int32(int8(xb[203])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[120]>>0)&15) * int32(int8(xb[204])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[121]>>0)&15) * int32(int8(xb[205])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[122]>>0)&15) * int32(int8(xb[206])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[123]>>0)&15) * int32(int8(xb[207])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[124]>>0)&15) * int32(int8(xb[208])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[125]>>0)&15) * int32(int8(xb[209])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[126]>>0)&15) * int32(int8(xb[210])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[127]>>0)&15) * int32(int8(xb[211])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[128]>>0)&15) * int32(int8(xb[212])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[129]>>0)&15) * int32(int8(xb[213])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[130]>>0)&15) * int32(int8(xb[214])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[131]>>0)&15) * int32(int8(xb[215])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[132]>>0)&15) * int32(int8(xb[216])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[133]>>0)&15) * int32(int8(xb[217])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[134]>>0)&15) * int32(int8(xb[218])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[135]>>0)&15) * int32(int8(xb[219])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[136]>>0)&15) * int32(int8(xb[220])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[137]>>0)&15) * int32(int8(xb[221])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[138]>>0)&15) * int32(int8(xb[222])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[139]>>0)&15) * int32(int8(xb[223])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[140]>>0)&15) * int32(int8(xb[224])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[141]>>0)&15) * int32(int8(xb[225])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[142]>>0)&15) * int32(int8(xb[226])))))
+		}
+		{
+			s = int32(s + (sc7 * (int32((wb[143]>>0)&15) * int32(int8(xb[227])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[112]>>4)&15) * int32(int8(xb[228])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[113]>>4)&15) * int32(int8(xb[229])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[114]>>4)&15) * int32(int8(xb[230])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[115]>>4)&15) * int32(int8(xb[231])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[116]>>4)&15) * int32(int8(xb[232])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[117]>>4)&15) * int32(int8(xb[233])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[118]>>4)&15) * int32(int8(xb[234])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[119]>>4)&15) * int32(int8(xb[235])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[120]>>4)&15) * int32(int8(xb[236])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[121]>>4)&15) * int32(int8(xb[237])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[122]>>4)&15) * int32(int8(xb[238])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[123]>>4)&15) * int32(int8(xb[239])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[124]>>4)&15) * int32(int8(xb[240])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[125]>>4)&15) * int32(int8(xb[241])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[126]>>4)&15) * int32(int8(xb[242])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[127]>>4)&15) * int32(int8(xb[243])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[128]>>4)&15) * int32(int8(xb[244])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[129]>>4)&15) * int32(int8(xb[245])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[130]>>4)&15) * int32(int8(xb[246])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[131]>>4)&15) * int32(int8(xb[247])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[132]>>4)&15) * int32(int8(xb[248])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[133]>>4)&15) * int32(int8(xb[249])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[134]>>4)&15) * int32(int8(xb[250])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[135]>>4)&15) * int32(int8(xb[251])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[136]>>4)&15) * int32(int8(xb[252])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[137]>>4)&15) * int32(int8(xb[253])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[138]>>4)&15) * int32(int8(xb[254])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[139]>>4)&15) * int32(int8(xb[255])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[140]>>4)&15) * int32(int8(xb[256])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[141]>>4)&15) * int32(int8(xb[257])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[142]>>4)&15) * int32(int8(xb[258])))))
+		}
+		{
+			s = int32(s + (sc8 * (int32((wb[143]>>4)&15) * int32(int8(xb[259])))))
+		}
+		sum = quant.FMA32(d, float32(s), sum)
+		msumi := (((((((((((((((0 + (mn * ((int32(uint16(xb[260])|uint16(xb[261])<<8) << 16) >> 16))) + (mn * ((int32(uint16(xb[262])|uint16(xb[263])<<8) << 16) >> 16))) + (mn2 * ((int32(uint16(xb[264])|uint16(xb[265])<<8) << 16) >> 16))) + (mn2 * ((int32(uint16(xb[266])|uint16(xb[267])<<8) << 16) >> 16))) + (mn3 * ((int32(uint16(xb[268])|uint16(xb[269])<<8) << 16) >> 16))) + (mn3 * ((int32(uint16(xb[270])|uint16(xb[271])<<8) << 16) >> 16))) + (mn4 * ((int32(uint16(xb[272])|uint16(xb[273])<<8) << 16) >> 16))) + (mn4 * ((int32(uint16(xb[274])|uint16(xb[275])<<8) << 16) >> 16))) + (mn5 * ((int32(uint16(xb[276])|uint16(xb[277])<<8) << 16) >> 16))) + (mn5 * ((int32(uint16(xb[278])|uint16(xb[279])<<8) << 16) >> 16))) + (mn6 * ((int32(uint16(xb[280])|uint16(xb[281])<<8) << 16) >> 16))) + (mn6 * ((int32(uint16(xb[282])|uint16(xb[283])<<8) << 16) >> 16))) + (mn7 * ((int32(uint16(xb[284])|uint16(xb[285])<<8) << 16) >> 16))) + (mn7 * ((int32(uint16(xb[286])|uint16(xb[287])<<8) << 16) >> 16))) + (mn8 * ((int32(uint16(xb[288])|uint16(xb[289])<<8) << 16) >> 16))) + (mn8 * ((int32(uint16(xb[290])|uint16(xb[291])<<8) << 16) >> 16))
+		msum = quant.FMA32(dmin, float32(msumi), msum)
+	}
+	return float32(sum - msum)
+}
+
+// DotQ5_KAVX2 is DotQ5_K in ggml's AVX2 order.
+func DotQ5_KAVX2(n int, w []byte, x []byte) float32 {
+	sum := float32(0)
+	sum0 := float32(0)
+	sum1 := float32(0)
+	sum2 := float32(0)
+	sum3 := float32(0)
+	sum4 := float32(0)
+	sum5 := float32(0)
+	sum6 := float32(0)
+	sum7 := float32(0)
+	m0 := float32(0)
+	for blk := 0; blk < n/256; blk++ {
+		wb := (*[176]byte)(w[blk*176:])
+		xb := (*[292]byte)(x[blk*292:])
+		yd := math.Float32frombits(uint32(xb[0]) | uint32(xb[1])<<8 | uint32(xb[2])<<16 | uint32(xb[3])<<24)
+		d := float32(yd * f16tof32(uint16(wb[0])|uint16(wb[1])<<8))
+		dmin := float32((-yd) * f16tof32(uint16(wb[2])|uint16(wb[3])<<8))
+		sc := int32(wb[4] & 63)
+		mn := int32(wb[8] & 63)
+		sc2 := int32(wb[5] & 63)
+		mn2 := int32(wb[9] & 63)
+		sc3 := int32(wb[6] & 63)
+		mn3 := int32(wb[10] & 63)
+		sc4 := int32(wb[7] & 63)
+		mn4 := int32(wb[11] & 63)
+		sc5 := int32((wb[12] & 15) | ((wb[4] >> 6) << 4))
+		mn5 := int32((wb[12] >> 4) | ((wb[8] >> 6) << 4))
+		sc6 := int32((wb[13] & 15) | ((wb[5] >> 6) << 4))
+		mn6 := int32((wb[13] >> 4) | ((wb[9] >> 6) << 4))
+		sc7 := int32((wb[14] & 15) | ((wb[6] >> 6) << 4))
+		mn7 := int32((wb[14] >> 4) | ((wb[10] >> 6) << 4))
+		sc8 := int32((wb[15] & 15) | ((wb[7] >> 6) << 4))
+		mn8 := int32((wb[15] >> 4) | ((wb[11] >> 6) << 4))
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[48]>>0)&15)|(((wb[16]>>0)&1)<<4)) * int32(int8(xb[4])))))
+			aux = int32(aux + (sc * (int32(((wb[49]>>0)&15)|(((wb[17]>>0)&1)<<4)) * int32(int8(xb[5])))))
+			aux = int32(aux + (sc * (int32(((wb[50]>>0)&15)|(((wb[18]>>0)&1)<<4)) * int32(int8(xb[6])))))
+			aux = int32(aux + (sc * (int32(((wb[51]>>0)&15)|(((wb[19]>>0)&1)<<4)) * int32(int8(xb[7])))))
+			aux = int32(aux + (sc2 * (int32(((wb[48]>>4)&15)|(((wb[16]>>1)&1)<<4)) * int32(int8(xb[36])))))
+			aux = int32(aux + (sc2 * (int32(((wb[49]>>4)&15)|(((wb[17]>>1)&1)<<4)) * int32(int8(xb[37])))))
+			aux = int32(aux + (sc2 * (int32(((wb[50]>>4)&15)|(((wb[18]>>1)&1)<<4)) * int32(int8(xb[38])))))
+			aux = int32(aux + (sc2 * (int32(((wb[51]>>4)&15)|(((wb[19]>>1)&1)<<4)) * int32(int8(xb[39])))))
+			aux = int32(aux + (sc3 * (int32(((wb[80]>>0)&15)|(((wb[16]>>2)&1)<<4)) * int32(int8(xb[68])))))
+			aux = int32(aux + (sc3 * (int32(((wb[81]>>0)&15)|(((wb[17]>>2)&1)<<4)) * int32(int8(xb[69])))))
+			aux = int32(aux + (sc3 * (int32(((wb[82]>>0)&15)|(((wb[18]>>2)&1)<<4)) * int32(int8(xb[70])))))
+			aux = int32(aux + (sc3 * (int32(((wb[83]>>0)&15)|(((wb[19]>>2)&1)<<4)) * int32(int8(xb[71])))))
+			aux = int32(aux + (sc4 * (int32(((wb[80]>>4)&15)|(((wb[16]>>3)&1)<<4)) * int32(int8(xb[100])))))
+			aux = int32(aux + (sc4 * (int32(((wb[81]>>4)&15)|(((wb[17]>>3)&1)<<4)) * int32(int8(xb[101])))))
+			aux = int32(aux + (sc4 * (int32(((wb[82]>>4)&15)|(((wb[18]>>3)&1)<<4)) * int32(int8(xb[102])))))
+			aux = int32(aux + (sc4 * (int32(((wb[83]>>4)&15)|(((wb[19]>>3)&1)<<4)) * int32(int8(xb[103])))))
+			aux = int32(aux + (sc5 * (int32(((wb[112]>>0)&15)|(((wb[16]>>4)&1)<<4)) * int32(int8(xb[132])))))
+			aux = int32(aux + (sc5 * (int32(((wb[113]>>0)&15)|(((wb[17]>>4)&1)<<4)) * int32(int8(xb[133])))))
+			aux = int32(aux + (sc5 * (int32(((wb[114]>>0)&15)|(((wb[18]>>4)&1)<<4)) * int32(int8(xb[134])))))
+			aux = int32(aux + (sc5 * (int32(((wb[115]>>0)&15)|(((wb[19]>>4)&1)<<4)) * int32(int8(xb[135])))))
+			aux = int32(aux + (sc6 * (int32(((wb[112]>>4)&15)|(((wb[16]>>5)&1)<<4)) * int32(int8(xb[164])))))
+			aux = int32(aux + (sc6 * (int32(((wb[113]>>4)&15)|(((wb[17]>>5)&1)<<4)) * int32(int8(xb[165])))))
+			aux = int32(aux + (sc6 * (int32(((wb[114]>>4)&15)|(((wb[18]>>5)&1)<<4)) * int32(int8(xb[166])))))
+			aux = int32(aux + (sc6 * (int32(((wb[115]>>4)&15)|(((wb[19]>>5)&1)<<4)) * int32(int8(xb[167])))))
+			aux = int32(aux + (sc7 * (int32(((wb[144]>>0)&15)|(((wb[16]>>6)&1)<<4)) * int32(int8(xb[196])))))
+			aux = int32(aux + (sc7 * (int32(((wb[145]>>0)&15)|(((wb[17]>>6)&1)<<4)) * int32(int8(xb[197])))))
+			aux = int32(aux + (sc7 * (int32(((wb[146]>>0)&15)|(((wb[18]>>6)&1)<<4)) * int32(int8(xb[198])))))
+			aux = int32(aux + (sc7 * (int32(((wb[147]>>0)&15)|(((wb[19]>>6)&1)<<4)) * int32(int8(xb[199])))))
+			aux = int32(aux + (sc8 * (int32(((wb[144]>>4)&15)|(((wb[16]>>7)&1)<<4)) * int32(int8(xb[228])))))
+			aux = int32(aux + (sc8 * (int32(((wb[145]>>4)&15)|(((wb[17]>>7)&1)<<4)) * int32(int8(xb[229])))))
+			aux = int32(aux + (sc8 * (int32(((wb[146]>>4)&15)|(((wb[18]>>7)&1)<<4)) * int32(int8(xb[230])))))
+			aux = int32(aux + (sc8 * (int32(((wb[147]>>4)&15)|(((wb[19]>>7)&1)<<4)) * int32(int8(xb[231])))))
+			sum0 = quant.FMA32(d, float32(aux), sum0)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[52]>>0)&15)|(((wb[20]>>0)&1)<<4)) * int32(int8(xb[8])))))
+			aux = int32(aux + (sc * (int32(((wb[53]>>0)&15)|(((wb[21]>>0)&1)<<4)) * int32(int8(xb[9])))))
+			aux = int32(aux + (sc * (int32(((wb[54]>>0)&15)|(((wb[22]>>0)&1)<<4)) * int32(int8(xb[10])))))
+			aux = int32(aux + (sc * (int32(((wb[55]>>0)&15)|(((wb[23]>>0)&1)<<4)) * int32(int8(xb[11])))))
+			aux = int32(aux + (sc2 * (int32(((wb[52]>>4)&15)|(((wb[20]>>1)&1)<<4)) * int32(int8(xb[40])))))
+			aux = int32(aux + (sc2 * (int32(((wb[53]>>4)&15)|(((wb[21]>>1)&1)<<4)) * int32(int8(xb[41])))))
+			aux = int32(aux + (sc2 * (int32(((wb[54]>>4)&15)|(((wb[22]>>1)&1)<<4)) * int32(int8(xb[42])))))
+			aux = int32(aux + (sc2 * (int32(((wb[55]>>4)&15)|(((wb[23]>>1)&1)<<4)) * int32(int8(xb[43])))))
+			aux = int32(aux + (sc3 * (int32(((wb[84]>>0)&15)|(((wb[20]>>2)&1)<<4)) * int32(int8(xb[72])))))
+			aux = int32(aux + (sc3 * (int32(((wb[85]>>0)&15)|(((wb[21]>>2)&1)<<4)) * int32(int8(xb[73])))))
+			aux = int32(aux + (sc3 * (int32(((wb[86]>>0)&15)|(((wb[22]>>2)&1)<<4)) * int32(int8(xb[74])))))
+			aux = int32(aux + (sc3 * (int32(((wb[87]>>0)&15)|(((wb[23]>>2)&1)<<4)) * int32(int8(xb[75])))))
+			aux = int32(aux + (sc4 * (int32(((wb[84]>>4)&15)|(((wb[20]>>3)&1)<<4)) * int32(int8(xb[104])))))
+			aux = int32(aux + (sc4 * (int32(((wb[85]>>4)&15)|(((wb[21]>>3)&1)<<4)) * int32(int8(xb[105])))))
+			aux = int32(aux + (sc4 * (int32(((wb[86]>>4)&15)|(((wb[22]>>3)&1)<<4)) * int32(int8(xb[106])))))
+			aux = int32(aux + (sc4 * (int32(((wb[87]>>4)&15)|(((wb[23]>>3)&1)<<4)) * int32(int8(xb[107])))))
+			aux = int32(aux + (sc5 * (int32(((wb[116]>>0)&15)|(((wb[20]>>4)&1)<<4)) * int32(int8(xb[136])))))
+			aux = int32(aux + (sc5 * (int32(((wb[117]>>0)&15)|(((wb[21]>>4)&1)<<4)) * int32(int8(xb[137])))))
+			aux = int32(aux + (sc5 * (int32(((wb[118]>>0)&15)|(((wb[22]>>4)&1)<<4)) * int32(int8(xb[138])))))
+			aux = int32(aux + (sc5 * (int32(((wb[119]>>0)&15)|(((wb[23]>>4)&1)<<4)) * int32(int8(xb[139])))))
+			aux = int32(aux + (sc6 * (int32(((wb[116]>>4)&15)|(((wb[20]>>5)&1)<<4)) * int32(int8(xb[168])))))
+			aux = int32(aux + (sc6 * (int32(((wb[117]>>4)&15)|(((wb[21]>>5)&1)<<4)) * int32(int8(xb[169])))))
+			aux = int32(aux + (sc6 * (int32(((wb[118]>>4)&15)|(((wb[22]>>5)&1)<<4)) * int32(int8(xb[170])))))
+			aux = int32(aux + (sc6 * (int32(((wb[119]>>4)&15)|(((wb[23]>>5)&1)<<4)) * int32(int8(xb[171])))))
+			aux = int32(aux + (sc7 * (int32(((wb[148]>>0)&15)|(((wb[20]>>6)&1)<<4)) * int32(int8(xb[200])))))
+			aux = int32(aux + (sc7 * (int32(((wb[149]>>0)&15)|(((wb[21]>>6)&1)<<4)) * int32(int8(xb[201])))))
+			aux = int32(aux + (sc7 * (int32(((wb[150]>>0)&15)|(((wb[22]>>6)&1)<<4)) * int32(int8(xb[202])))))
+			aux = int32(aux + (sc7 * (int32(((wb[151]>>0)&15)|(((wb[23]>>6)&1)<<4)) * int32(int8(xb[203])))))
+			aux = int32(aux + (sc8 * (int32(((wb[148]>>4)&15)|(((wb[20]>>7)&1)<<4)) * int32(int8(xb[232])))))
+			aux = int32(aux + (sc8 * (int32(((wb[149]>>4)&15)|(((wb[21]>>7)&1)<<4)) * int32(int8(xb[233])))))
+			aux = int32(aux + (sc8 * (int32(((wb[150]>>4)&15)|(((wb[22]>>7)&1)<<4)) * int32(int8(xb[234])))))
+			aux = int32(aux + (sc8 * (int32(((wb[151]>>4)&15)|(((wb[23]>>7)&1)<<4)) * int32(int8(xb[235])))))
+			sum1 = quant.FMA32(d, float32(aux), sum1)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[56]>>0)&15)|(((wb[24]>>0)&1)<<4)) * int32(int8(xb[12])))))
+			aux = int32(aux + (sc * (int32(((wb[57]>>0)&15)|(((wb[25]>>0)&1)<<4)) * int32(int8(xb[13])))))
+			aux = int32(aux + (sc * (int32(((wb[58]>>0)&15)|(((wb[26]>>0)&1)<<4)) * int32(int8(xb[14])))))
+			aux = int32(aux + (sc * (int32(((wb[59]>>0)&15)|(((wb[27]>>0)&1)<<4)) * int32(int8(xb[15])))))
+			aux = int32(aux + (sc2 * (int32(((wb[56]>>4)&15)|(((wb[24]>>1)&1)<<4)) * int32(int8(xb[44])))))
+			aux = int32(aux + (sc2 * (int32(((wb[57]>>4)&15)|(((wb[25]>>1)&1)<<4)) * int32(int8(xb[45])))))
+			aux = int32(aux + (sc2 * (int32(((wb[58]>>4)&15)|(((wb[26]>>1)&1)<<4)) * int32(int8(xb[46])))))
+			aux = int32(aux + (sc2 * (int32(((wb[59]>>4)&15)|(((wb[27]>>1)&1)<<4)) * int32(int8(xb[47])))))
+			aux = int32(aux + (sc3 * (int32(((wb[88]>>0)&15)|(((wb[24]>>2)&1)<<4)) * int32(int8(xb[76])))))
+			aux = int32(aux + (sc3 * (int32(((wb[89]>>0)&15)|(((wb[25]>>2)&1)<<4)) * int32(int8(xb[77])))))
+			aux = int32(aux + (sc3 * (int32(((wb[90]>>0)&15)|(((wb[26]>>2)&1)<<4)) * int32(int8(xb[78])))))
+			aux = int32(aux + (sc3 * (int32(((wb[91]>>0)&15)|(((wb[27]>>2)&1)<<4)) * int32(int8(xb[79])))))
+			aux = int32(aux + (sc4 * (int32(((wb[88]>>4)&15)|(((wb[24]>>3)&1)<<4)) * int32(int8(xb[108])))))
+			aux = int32(aux + (sc4 * (int32(((wb[89]>>4)&15)|(((wb[25]>>3)&1)<<4)) * int32(int8(xb[109])))))
+			aux = int32(aux + (sc4 * (int32(((wb[90]>>4)&15)|(((wb[26]>>3)&1)<<4)) * int32(int8(xb[110])))))
+			aux = int32(aux + (sc4 * (int32(((wb[91]>>4)&15)|(((wb[27]>>3)&1)<<4)) * int32(int8(xb[111])))))
+			aux = int32(aux + (sc5 * (int32(((wb[120]>>0)&15)|(((wb[24]>>4)&1)<<4)) * int32(int8(xb[140])))))
+			aux = int32(aux + (sc5 * (int32(((wb[121]>>0)&15)|(((wb[25]>>4)&1)<<4)) * int32(int8(xb[141])))))
+			aux = int32(aux + (sc5 * (int32(((wb[122]>>0)&15)|(((wb[26]>>4)&1)<<4)) * int32(int8(xb[142])))))
+			aux = int32(aux + (sc5 * (int32(((wb[123]>>0)&15)|(((wb[27]>>4)&1)<<4)) * int32(int8(xb[143])))))
+			aux = int32(aux + (sc6 * (int32(((wb[120]>>4)&15)|(((wb[24]>>5)&1)<<4)) * int32(int8(xb[172])))))
+			aux = int32(aux + (sc6 * (int32(((wb[121]>>4)&15)|(((wb[25]>>5)&1)<<4)) * int32(int8(xb[173])))))
+			aux = int32(aux + (sc6 * (int32(((wb[122]>>4)&15)|(((wb[26]>>5)&1)<<4)) * int32(int8(xb[174])))))
+			aux = int32(aux + (sc6 * (int32(((wb[123]>>4)&15)|(((wb[27]>>5)&1)<<4)) * int32(int8(xb[175])))))
+			aux = int32(aux + (sc7 * (int32(((wb[152]>>0)&15)|(((wb[24]>>6)&1)<<4)) * int32(int8(xb[204])))))
+			aux = int32(aux + (sc7 * (int32(((wb[153]>>0)&15)|(((wb[25]>>6)&1)<<4)) * int32(int8(xb[205])))))
+			aux = int32(aux + (sc7 * (int32(((wb[154]>>0)&15)|(((wb[26]>>6)&1)<<4)) * int32(int8(xb[206])))))
+			aux = int32(aux + (sc7 * (int32(((wb[155]>>0)&15)|(((wb[27]>>6)&1)<<4)) * int32(int8(xb[207])))))
+			aux = int32(aux + (sc8 * (int32(((wb[152]>>4)&15)|(((wb[24]>>7)&1)<<4)) * int32(int8(xb[236])))))
+			aux = int32(aux + (sc8 * (int32(((wb[153]>>4)&15)|(((wb[25]>>7)&1)<<4)) * int32(int8(xb[237])))))
+			aux = int32(aux + (sc8 * (int32(((wb[154]>>4)&15)|(((wb[26]>>7)&1)<<4)) * int32(int8(xb[238])))))
+			aux = int32(aux + (sc8 * (int32(((wb[155]>>4)&15)|(((wb[27]>>7)&1)<<4)) * int32(int8(xb[239])))))
+			sum2 = quant.FMA32(d, float32(aux), sum2)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[60]>>0)&15)|(((wb[28]>>0)&1)<<4)) * int32(int8(xb[16])))))
+			aux = int32(aux + (sc * (int32(((wb[61]>>0)&15)|(((wb[29]>>0)&1)<<4)) * int32(int8(xb[17])))))
+			aux = int32(aux + (sc * (int32(((wb[62]>>0)&15)|(((wb[30]>>0)&1)<<4)) * int32(int8(xb[18])))))
+			aux = int32(aux + (sc * (int32(((wb[63]>>0)&15)|(((wb[31]>>0)&1)<<4)) * int32(int8(xb[19])))))
+			aux = int32(aux + (sc2 * (int32(((wb[60]>>4)&15)|(((wb[28]>>1)&1)<<4)) * int32(int8(xb[48])))))
+			aux = int32(aux + (sc2 * (int32(((wb[61]>>4)&15)|(((wb[29]>>1)&1)<<4)) * int32(int8(xb[49])))))
+			aux = int32(aux + (sc2 * (int32(((wb[62]>>4)&15)|(((wb[30]>>1)&1)<<4)) * int32(int8(xb[50])))))
+			aux = int32(aux + (sc2 * (int32(((wb[63]>>4)&15)|(((wb[31]>>1)&1)<<4)) * int32(int8(xb[51])))))
+			aux = int32(aux + (sc3 * (int32(((wb[92]>>0)&15)|(((wb[28]>>2)&1)<<4)) * int32(int8(xb[80])))))
+			aux = int32(aux + (sc3 * (int32(((wb[93]>>0)&15)|(((wb[29]>>2)&1)<<4)) * int32(int8(xb[81])))))
+			aux = int32(aux + (sc3 * (int32(((wb[94]>>0)&15)|(((wb[30]>>2)&1)<<4)) * int32(int8(xb[82])))))
+			aux = int32(aux + (sc3 * (int32(((wb[95]>>0)&15)|(((wb[31]>>2)&1)<<4)) * int32(int8(xb[83])))))
+			aux = int32(aux + (sc4 * (int32(((wb[92]>>4)&15)|(((wb[28]>>3)&1)<<4)) * int32(int8(xb[112])))))
+			aux = int32(aux + (sc4 * (int32(((wb[93]>>4)&15)|(((wb[29]>>3)&1)<<4)) * int32(int8(xb[113])))))
+			aux = int32(aux + (sc4 * (int32(((wb[94]>>4)&15)|(((wb[30]>>3)&1)<<4)) * int32(int8(xb[114])))))
+			aux = int32(aux + (sc4 * (int32(((wb[95]>>4)&15)|(((wb[31]>>3)&1)<<4)) * int32(int8(xb[115])))))
+			aux = int32(aux + (sc5 * (int32(((wb[124]>>0)&15)|(((wb[28]>>4)&1)<<4)) * int32(int8(xb[144])))))
+			aux = int32(aux + (sc5 * (int32(((wb[125]>>0)&15)|(((wb[29]>>4)&1)<<4)) * int32(int8(xb[145])))))
+			aux = int32(aux + (sc5 * (int32(((wb[126]>>0)&15)|(((wb[30]>>4)&1)<<4)) * int32(int8(xb[146])))))
+			aux = int32(aux + (sc5 * (int32(((wb[127]>>0)&15)|(((wb[31]>>4)&1)<<4)) * int32(int8(xb[147])))))
+			aux = int32(aux + (sc6 * (int32(((wb[124]>>4)&15)|(((wb[28]>>5)&1)<<4)) * int32(int8(xb[176])))))
+			aux = int32(aux + (sc6 * (int32(((wb[125]>>4)&15)|(((wb[29]>>5)&1)<<4)) * int32(int8(xb[177])))))
+			aux = int32(aux + (sc6 * (int32(((wb[126]>>4)&15)|(((wb[30]>>5)&1)<<4)) * int32(int8(xb[178])))))
+			aux = int32(aux + (sc6 * (int32(((wb[127]>>4)&15)|(((wb[31]>>5)&1)<<4)) * int32(int8(xb[179])))))
+			aux = int32(aux + (sc7 * (int32(((wb[156]>>0)&15)|(((wb[28]>>6)&1)<<4)) * int32(int8(xb[208])))))
+			aux = int32(aux + (sc7 * (int32(((wb[157]>>0)&15)|(((wb[29]>>6)&1)<<4)) * int32(int8(xb[209])))))
+			aux = int32(aux + (sc7 * (int32(((wb[158]>>0)&15)|(((wb[30]>>6)&1)<<4)) * int32(int8(xb[210])))))
+			aux = int32(aux + (sc7 * (int32(((wb[159]>>0)&15)|(((wb[31]>>6)&1)<<4)) * int32(int8(xb[211])))))
+			aux = int32(aux + (sc8 * (int32(((wb[156]>>4)&15)|(((wb[28]>>7)&1)<<4)) * int32(int8(xb[240])))))
+			aux = int32(aux + (sc8 * (int32(((wb[157]>>4)&15)|(((wb[29]>>7)&1)<<4)) * int32(int8(xb[241])))))
+			aux = int32(aux + (sc8 * (int32(((wb[158]>>4)&15)|(((wb[30]>>7)&1)<<4)) * int32(int8(xb[242])))))
+			aux = int32(aux + (sc8 * (int32(((wb[159]>>4)&15)|(((wb[31]>>7)&1)<<4)) * int32(int8(xb[243])))))
+			sum3 = quant.FMA32(d, float32(aux), sum3)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[64]>>0)&15)|(((wb[32]>>0)&1)<<4)) * int32(int8(xb[20])))))
+			aux = int32(aux + (sc * (int32(((wb[65]>>0)&15)|(((wb[33]>>0)&1)<<4)) * int32(int8(xb[21])))))
+			aux = int32(aux + (sc * (int32(((wb[66]>>0)&15)|(((wb[34]>>0)&1)<<4)) * int32(int8(xb[22])))))
+			aux = int32(aux + (sc * (int32(((wb[67]>>0)&15)|(((wb[35]>>0)&1)<<4)) * int32(int8(xb[23])))))
+			aux = int32(aux + (sc2 * (int32(((wb[64]>>4)&15)|(((wb[32]>>1)&1)<<4)) * int32(int8(xb[52])))))
+			aux = int32(aux + (sc2 * (int32(((wb[65]>>4)&15)|(((wb[33]>>1)&1)<<4)) * int32(int8(xb[53])))))
+			aux = int32(aux + (sc2 * (int32(((wb[66]>>4)&15)|(((wb[34]>>1)&1)<<4)) * int32(int8(xb[54])))))
+			aux = int32(aux + (sc2 * (int32(((wb[67]>>4)&15)|(((wb[35]>>1)&1)<<4)) * int32(int8(xb[55])))))
+			aux = int32(aux + (sc3 * (int32(((wb[96]>>0)&15)|(((wb[32]>>2)&1)<<4)) * int32(int8(xb[84])))))
+			aux = int32(aux + (sc3 * (int32(((wb[97]>>0)&15)|(((wb[33]>>2)&1)<<4)) * int32(int8(xb[85])))))
+			aux = int32(aux + (sc3 * (int32(((wb[98]>>0)&15)|(((wb[34]>>2)&1)<<4)) * int32(int8(xb[86])))))
+			aux = int32(aux + (sc3 * (int32(((wb[99]>>0)&15)|(((wb[35]>>2)&1)<<4)) * int32(int8(xb[87])))))
+			aux = int32(aux + (sc4 * (int32(((wb[96]>>4)&15)|(((wb[32]>>3)&1)<<4)) * int32(int8(xb[116])))))
+			aux = int32(aux + (sc4 * (int32(((wb[97]>>4)&15)|(((wb[33]>>3)&1)<<4)) * int32(int8(xb[117])))))
+			aux = int32(aux + (sc4 * (int32(((wb[98]>>4)&15)|(((wb[34]>>3)&1)<<4)) * int32(int8(xb[118])))))
+			aux = int32(aux + (sc4 * (int32(((wb[99]>>4)&15)|(((wb[35]>>3)&1)<<4)) * int32(int8(xb[119])))))
+			aux = int32(aux + (sc5 * (int32(((wb[128]>>0)&15)|(((wb[32]>>4)&1)<<4)) * int32(int8(xb[148])))))
+			aux = int32(aux + (sc5 * (int32(((wb[129]>>0)&15)|(((wb[33]>>4)&1)<<4)) * int32(int8(xb[149])))))
+			aux = int32(aux + (sc5 * (int32(((wb[130]>>0)&15)|(((wb[34]>>4)&1)<<4)) * int32(int8(xb[150])))))
+			aux = int32(aux + (sc5 * (int32(((wb[131]>>0)&15)|(((wb[35]>>4)&1)<<4)) * int32(int8(xb[151])))))
+			aux = int32(aux + (sc6 * (int32(((wb[128]>>4)&15)|(((wb[32]>>5)&1)<<4)) * int32(int8(xb[180])))))
+			aux = int32(aux + (sc6 * (int32(((wb[129]>>4)&15)|(((wb[33]>>5)&1)<<4)) * int32(int8(xb[181])))))
+			aux = int32(aux + (sc6 * (int32(((wb[130]>>4)&15)|(((wb[34]>>5)&1)<<4)) * int32(int8(xb[182])))))
+			aux = int32(aux + (sc6 * (int32(((wb[131]>>4)&15)|(((wb[35]>>5)&1)<<4)) * int32(int8(xb[183])))))
+			aux = int32(aux + (sc7 * (int32(((wb[160]>>0)&15)|(((wb[32]>>6)&1)<<4)) * int32(int8(xb[212])))))
+			aux = int32(aux + (sc7 * (int32(((wb[161]>>0)&15)|(((wb[33]>>6)&1)<<4)) * int32(int8(xb[213])))))
+			aux = int32(aux + (sc7 * (int32(((wb[162]>>0)&15)|(((wb[34]>>6)&1)<<4)) * int32(int8(xb[214])))))
+			aux = int32(aux + (sc7 * (int32(((wb[163]>>0)&15)|(((wb[35]>>6)&1)<<4)) * int32(int8(xb[215])))))
+			aux = int32(aux + (sc8 * (int32(((wb[160]>>4)&15)|(((wb[32]>>7)&1)<<4)) * int32(int8(xb[244])))))
+			aux = int32(aux + (sc8 * (int32(((wb[161]>>4)&15)|(((wb[33]>>7)&1)<<4)) * int32(int8(xb[245])))))
+			aux = int32(aux + (sc8 * (int32(((wb[162]>>4)&15)|(((wb[34]>>7)&1)<<4)) * int32(int8(xb[246])))))
+			aux = int32(aux + (sc8 * (int32(((wb[163]>>4)&15)|(((wb[35]>>7)&1)<<4)) * int32(int8(xb[247])))))
+			sum4 = quant.FMA32(d, float32(aux), sum4)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[68]>>0)&15)|(((wb[36]>>0)&1)<<4)) * int32(int8(xb[24])))))
+			aux = int32(aux + (sc * (int32(((wb[69]>>0)&15)|(((wb[37]>>0)&1)<<4)) * int32(int8(xb[25])))))
+			aux = int32(aux + (sc * (int32(((wb[70]>>0)&15)|(((wb[38]>>0)&1)<<4)) * int32(int8(xb[26])))))
+			aux = int32(aux + (sc * (int32(((wb[71]>>0)&15)|(((wb[39]>>0)&1)<<4)) * int32(int8(xb[27])))))
+			aux = int32(aux + (sc2 * (int32(((wb[68]>>4)&15)|(((wb[36]>>1)&1)<<4)) * int32(int8(xb[56])))))
+			aux = int32(aux + (sc2 * (int32(((wb[69]>>4)&15)|(((wb[37]>>1)&1)<<4)) * int32(int8(xb[57])))))
+			aux = int32(aux + (sc2 * (int32(((wb[70]>>4)&15)|(((wb[38]>>1)&1)<<4)) * int32(int8(xb[58])))))
+			aux = int32(aux + (sc2 * (int32(((wb[71]>>4)&15)|(((wb[39]>>1)&1)<<4)) * int32(int8(xb[59])))))
+			aux = int32(aux + (sc3 * (int32(((wb[100]>>0)&15)|(((wb[36]>>2)&1)<<4)) * int32(int8(xb[88])))))
+			aux = int32(aux + (sc3 * (int32(((wb[101]>>0)&15)|(((wb[37]>>2)&1)<<4)) * int32(int8(xb[89])))))
+			aux = int32(aux + (sc3 * (int32(((wb[102]>>0)&15)|(((wb[38]>>2)&1)<<4)) * int32(int8(xb[90])))))
+			aux = int32(aux + (sc3 * (int32(((wb[103]>>0)&15)|(((wb[39]>>2)&1)<<4)) * int32(int8(xb[91])))))
+			aux = int32(aux + (sc4 * (int32(((wb[100]>>4)&15)|(((wb[36]>>3)&1)<<4)) * int32(int8(xb[120])))))
+			aux = int32(aux + (sc4 * (int32(((wb[101]>>4)&15)|(((wb[37]>>3)&1)<<4)) * int32(int8(xb[121])))))
+			aux = int32(aux + (sc4 * (int32(((wb[102]>>4)&15)|(((wb[38]>>3)&1)<<4)) * int32(int8(xb[122])))))
+			aux = int32(aux + (sc4 * (int32(((wb[103]>>4)&15)|(((wb[39]>>3)&1)<<4)) * int32(int8(xb[123])))))
+			aux = int32(aux + (sc5 * (int32(((wb[132]>>0)&15)|(((wb[36]>>4)&1)<<4)) * int32(int8(xb[152])))))
+			aux = int32(aux + (sc5 * (int32(((wb[133]>>0)&15)|(((wb[37]>>4)&1)<<4)) * int32(int8(xb[153])))))
+			aux = int32(aux + (sc5 * (int32(((wb[134]>>0)&15)|(((wb[38]>>4)&1)<<4)) * int32(int8(xb[154])))))
+			aux = int32(aux + (sc5 * (int32(((wb[135]>>0)&15)|(((wb[39]>>4)&1)<<4)) * int32(int8(xb[155])))))
+			aux = int32(aux + (sc6 * (int32(((wb[132]>>4)&15)|(((wb[36]>>5)&1)<<4)) * int32(int8(xb[184])))))
+			aux = int32(aux + (sc6 * (int32(((wb[133]>>4)&15)|(((wb[37]>>5)&1)<<4)) * int32(int8(xb[185])))))
+			aux = int32(aux + (sc6 * (int32(((wb[134]>>4)&15)|(((wb[38]>>5)&1)<<4)) * int32(int8(xb[186])))))
+			aux = int32(aux + (sc6 * (int32(((wb[135]>>4)&15)|(((wb[39]>>5)&1)<<4)) * int32(int8(xb[187])))))
+			aux = int32(aux + (sc7 * (int32(((wb[164]>>0)&15)|(((wb[36]>>6)&1)<<4)) * int32(int8(xb[216])))))
+			aux = int32(aux + (sc7 * (int32(((wb[165]>>0)&15)|(((wb[37]>>6)&1)<<4)) * int32(int8(xb[217])))))
+			aux = int32(aux + (sc7 * (int32(((wb[166]>>0)&15)|(((wb[38]>>6)&1)<<4)) * int32(int8(xb[218])))))
+			aux = int32(aux + (sc7 * (int32(((wb[167]>>0)&15)|(((wb[39]>>6)&1)<<4)) * int32(int8(xb[219])))))
+			aux = int32(aux + (sc8 * (int32(((wb[164]>>4)&15)|(((wb[36]>>7)&1)<<4)) * int32(int8(xb[248])))))
+			aux = int32(aux + (sc8 * (int32(((wb[165]>>4)&15)|(((wb[37]>>7)&1)<<4)) * int32(int8(xb[249])))))
+			aux = int32(aux + (sc8 * (int32(((wb[166]>>4)&15)|(((wb[38]>>7)&1)<<4)) * int32(int8(xb[250])))))
+			aux = int32(aux + (sc8 * (int32(((wb[167]>>4)&15)|(((wb[39]>>7)&1)<<4)) * int32(int8(xb[251])))))
+			sum5 = quant.FMA32(d, float32(aux), sum5)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[72]>>0)&15)|(((wb[40]>>0)&1)<<4)) * int32(int8(xb[28])))))
+			aux = int32(aux + (sc * (int32(((wb[73]>>0)&15)|(((wb[41]>>0)&1)<<4)) * int32(int8(xb[29])))))
+			aux = int32(aux + (sc * (int32(((wb[74]>>0)&15)|(((wb[42]>>0)&1)<<4)) * int32(int8(xb[30])))))
+			aux = int32(aux + (sc * (int32(((wb[75]>>0)&15)|(((wb[43]>>0)&1)<<4)) * int32(int8(xb[31])))))
+			aux = int32(aux + (sc2 * (int32(((wb[72]>>4)&15)|(((wb[40]>>1)&1)<<4)) * int32(int8(xb[60])))))
+			aux = int32(aux + (sc2 * (int32(((wb[73]>>4)&15)|(((wb[41]>>1)&1)<<4)) * int32(int8(xb[61])))))
+			aux = int32(aux + (sc2 * (int32(((wb[74]>>4)&15)|(((wb[42]>>1)&1)<<4)) * int32(int8(xb[62])))))
+			aux = int32(aux + (sc2 * (int32(((wb[75]>>4)&15)|(((wb[43]>>1)&1)<<4)) * int32(int8(xb[63])))))
+			aux = int32(aux + (sc3 * (int32(((wb[104]>>0)&15)|(((wb[40]>>2)&1)<<4)) * int32(int8(xb[92])))))
+			aux = int32(aux + (sc3 * (int32(((wb[105]>>0)&15)|(((wb[41]>>2)&1)<<4)) * int32(int8(xb[93])))))
+			aux = int32(aux + (sc3 * (int32(((wb[106]>>0)&15)|(((wb[42]>>2)&1)<<4)) * int32(int8(xb[94])))))
+			aux = int32(aux + (sc3 * (int32(((wb[107]>>0)&15)|(((wb[43]>>2)&1)<<4)) * int32(int8(xb[95])))))
+			aux = int32(aux + (sc4 * (int32(((wb[104]>>4)&15)|(((wb[40]>>3)&1)<<4)) * int32(int8(xb[124])))))
+			aux = int32(aux + (sc4 * (int32(((wb[105]>>4)&15)|(((wb[41]>>3)&1)<<4)) * int32(int8(xb[125])))))
+			aux = int32(aux + (sc4 * (int32(((wb[106]>>4)&15)|(((wb[42]>>3)&1)<<4)) * int32(int8(xb[126])))))
+			aux = int32(aux + (sc4 * (int32(((wb[107]>>4)&15)|(((wb[43]>>3)&1)<<4)) * int32(int8(xb[127])))))
+			aux = int32(aux + (sc5 * (int32(((wb[136]>>0)&15)|(((wb[40]>>4)&1)<<4)) * int32(int8(xb[156])))))
+			aux = int32(aux + (sc5 * (int32(((wb[137]>>0)&15)|(((wb[41]>>4)&1)<<4)) * int32(int8(xb[157])))))
+			aux = int32(aux + (sc5 * (int32(((wb[138]>>0)&15)|(((wb[42]>>4)&1)<<4)) * int32(int8(xb[158])))))
+			aux = int32(aux + (sc5 * (int32(((wb[139]>>0)&15)|(((wb[43]>>4)&1)<<4)) * int32(int8(xb[159])))))
+			aux = int32(aux + (sc6 * (int32(((wb[136]>>4)&15)|(((wb[40]>>5)&1)<<4)) * int32(int8(xb[188])))))
+			aux = int32(aux + (sc6 * (int32(((wb[137]>>4)&15)|(((wb[41]>>5)&1)<<4)) * int32(int8(xb[189])))))
+			aux = int32(aux + (sc6 * (int32(((wb[138]>>4)&15)|(((wb[42]>>5)&1)<<4)) * int32(int8(xb[190])))))
+			aux = int32(aux + (sc6 * (int32(((wb[139]>>4)&15)|(((wb[43]>>5)&1)<<4)) * int32(int8(xb[191])))))
+			aux = int32(aux + (sc7 * (int32(((wb[168]>>0)&15)|(((wb[40]>>6)&1)<<4)) * int32(int8(xb[220])))))
+			aux = int32(aux + (sc7 * (int32(((wb[169]>>0)&15)|(((wb[41]>>6)&1)<<4)) * int32(int8(xb[221])))))
+			aux = int32(aux + (sc7 * (int32(((wb[170]>>0)&15)|(((wb[42]>>6)&1)<<4)) * int32(int8(xb[222])))))
+			aux = int32(aux + (sc7 * (int32(((wb[171]>>0)&15)|(((wb[43]>>6)&1)<<4)) * int32(int8(xb[223])))))
+			aux = int32(aux + (sc8 * (int32(((wb[168]>>4)&15)|(((wb[40]>>7)&1)<<4)) * int32(int8(xb[252])))))
+			aux = int32(aux + (sc8 * (int32(((wb[169]>>4)&15)|(((wb[41]>>7)&1)<<4)) * int32(int8(xb[253])))))
+			aux = int32(aux + (sc8 * (int32(((wb[170]>>4)&15)|(((wb[42]>>7)&1)<<4)) * int32(int8(xb[254])))))
+			aux = int32(aux + (sc8 * (int32(((wb[171]>>4)&15)|(((wb[43]>>7)&1)<<4)) * int32(int8(xb[255])))))
+			sum6 = quant.FMA32(d, float32(aux), sum6)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (sc * (int32(((wb[76]>>0)&15)|(((wb[44]>>0)&1)<<4)) * int32(int8(xb[32])))))
+			aux = int32(aux + (sc * (int32(((wb[77]>>0)&15)|(((wb[45]>>0)&1)<<4)) * int32(int8(xb[33])))))
+			aux = int32(aux + (sc * (int32(((wb[78]>>0)&15)|(((wb[46]>>0)&1)<<4)) * int32(int8(xb[34])))))
+			aux = int32(aux + (sc * (int32(((wb[79]>>0)&15)|(((wb[47]>>0)&1)<<4)) * int32(int8(xb[35])))))
+			aux = int32(aux + (sc2 * (int32(((wb[76]>>4)&15)|(((wb[44]>>1)&1)<<4)) * int32(int8(xb[64])))))
+			aux = int32(aux + (sc2 * (int32(((wb[77]>>4)&15)|(((wb[45]>>1)&1)<<4)) * int32(int8(xb[65])))))
+			aux = int32(aux + (sc2 * (int32(((wb[78]>>4)&15)|(((wb[46]>>1)&1)<<4)) * int32(int8(xb[66])))))
+			aux = int32(aux + (sc2 * (int32(((wb[79]>>4)&15)|(((wb[47]>>1)&1)<<4)) * int32(int8(xb[67])))))
+			aux = int32(aux + (sc3 * (int32(((wb[108]>>0)&15)|(((wb[44]>>2)&1)<<4)) * int32(int8(xb[96])))))
+			aux = int32(aux + (sc3 * (int32(((wb[109]>>0)&15)|(((wb[45]>>2)&1)<<4)) * int32(int8(xb[97])))))
+			aux = int32(aux + (sc3 * (int32(((wb[110]>>0)&15)|(((wb[46]>>2)&1)<<4)) * int32(int8(xb[98])))))
+			aux = int32(aux + (sc3 * (int32(((wb[111]>>0)&15)|(((wb[47]>>2)&1)<<4)) * int32(int8(xb[99])))))
+			aux = int32(aux + (sc4 * (int32(((wb[108]>>4)&15)|(((wb[44]>>3)&1)<<4)) * int32(int8(xb[128])))))
+			aux = int32(aux + (sc4 * (int32(((wb[109]>>4)&15)|(((wb[45]>>3)&1)<<4)) * int32(int8(xb[129])))))
+			aux = int32(aux + (sc4 * (int32(((wb[110]>>4)&15)|(((wb[46]>>3)&1)<<4)) * int32(int8(xb[130])))))
+			aux = int32(aux + (sc4 * (int32(((wb[111]>>4)&15)|(((wb[47]>>3)&1)<<4)) * int32(int8(xb[131])))))
+			aux = int32(aux + (sc5 * (int32(((wb[140]>>0)&15)|(((wb[44]>>4)&1)<<4)) * int32(int8(xb[160])))))
+			aux = int32(aux + (sc5 * (int32(((wb[141]>>0)&15)|(((wb[45]>>4)&1)<<4)) * int32(int8(xb[161])))))
+			aux = int32(aux + (sc5 * (int32(((wb[142]>>0)&15)|(((wb[46]>>4)&1)<<4)) * int32(int8(xb[162])))))
+			aux = int32(aux + (sc5 * (int32(((wb[143]>>0)&15)|(((wb[47]>>4)&1)<<4)) * int32(int8(xb[163])))))
+			aux = int32(aux + (sc6 * (int32(((wb[140]>>4)&15)|(((wb[44]>>5)&1)<<4)) * int32(int8(xb[192])))))
+			aux = int32(aux + (sc6 * (int32(((wb[141]>>4)&15)|(((wb[45]>>5)&1)<<4)) * int32(int8(xb[193])))))
+			aux = int32(aux + (sc6 * (int32(((wb[142]>>4)&15)|(((wb[46]>>5)&1)<<4)) * int32(int8(xb[194])))))
+			aux = int32(aux + (sc6 * (int32(((wb[143]>>4)&15)|(((wb[47]>>5)&1)<<4)) * int32(int8(xb[195])))))
+			aux = int32(aux + (sc7 * (int32(((wb[172]>>0)&15)|(((wb[44]>>6)&1)<<4)) * int32(int8(xb[224])))))
+			aux = int32(aux + (sc7 * (int32(((wb[173]>>0)&15)|(((wb[45]>>6)&1)<<4)) * int32(int8(xb[225])))))
+			aux = int32(aux + (sc7 * (int32(((wb[174]>>0)&15)|(((wb[46]>>6)&1)<<4)) * int32(int8(xb[226])))))
+			aux = int32(aux + (sc7 * (int32(((wb[175]>>0)&15)|(((wb[47]>>6)&1)<<4)) * int32(int8(xb[227])))))
+			aux = int32(aux + (sc8 * (int32(((wb[172]>>4)&15)|(((wb[44]>>7)&1)<<4)) * int32(int8(xb[256])))))
+			aux = int32(aux + (sc8 * (int32(((wb[173]>>4)&15)|(((wb[45]>>7)&1)<<4)) * int32(int8(xb[257])))))
+			aux = int32(aux + (sc8 * (int32(((wb[174]>>4)&15)|(((wb[46]>>7)&1)<<4)) * int32(int8(xb[258])))))
+			aux = int32(aux + (sc8 * (int32(((wb[175]>>4)&15)|(((wb[47]>>7)&1)<<4)) * int32(int8(xb[259])))))
+			sum7 = quant.FMA32(d, float32(aux), sum7)
+		}
+		msum := (((((((((((((((0 + (mn * ((int32(uint16(xb[260])|uint16(xb[261])<<8) << 16) >> 16))) + (mn * ((int32(uint16(xb[262])|uint16(xb[263])<<8) << 16) >> 16))) + (mn2 * ((int32(uint16(xb[264])|uint16(xb[265])<<8) << 16) >> 16))) + (mn2 * ((int32(uint16(xb[266])|uint16(xb[267])<<8) << 16) >> 16))) + (mn3 * ((int32(uint16(xb[268])|uint16(xb[269])<<8) << 16) >> 16))) + (mn3 * ((int32(uint16(xb[270])|uint16(xb[271])<<8) << 16) >> 16))) + (mn4 * ((int32(uint16(xb[272])|uint16(xb[273])<<8) << 16) >> 16))) + (mn4 * ((int32(uint16(xb[274])|uint16(xb[275])<<8) << 16) >> 16))) + (mn5 * ((int32(uint16(xb[276])|uint16(xb[277])<<8) << 16) >> 16))) + (mn5 * ((int32(uint16(xb[278])|uint16(xb[279])<<8) << 16) >> 16))) + (mn6 * ((int32(uint16(xb[280])|uint16(xb[281])<<8) << 16) >> 16))) + (mn6 * ((int32(uint16(xb[282])|uint16(xb[283])<<8) << 16) >> 16))) + (mn7 * ((int32(uint16(xb[284])|uint16(xb[285])<<8) << 16) >> 16))) + (mn7 * ((int32(uint16(xb[286])|uint16(xb[287])<<8) << 16) >> 16))) + (mn8 * ((int32(uint16(xb[288])|uint16(xb[289])<<8) << 16) >> 16))) + (mn8 * ((int32(uint16(xb[290])|uint16(xb[291])<<8) << 16) >> 16))
+		m0 = quant.FMA32(dmin, float32(msum), m0)
+	}
+	sum0 = float32(sum0 + sum4)
+	sum1 = float32(sum1 + sum5)
+	sum2 = float32(sum2 + sum6)
+	sum3 = float32(sum3 + sum7)
+	sum0 = float32(sum0 + sum2)
+	sum1 = float32(sum1 + sum3)
+	sum0 = float32(sum0 + sum1)
+	sum = float32(sum + sum0)
+	return float32(sum + m0)
+}
+
+// DotQ6_KAVX2 is DotQ6_K in ggml's AVX2 order.
+func DotQ6_KAVX2(n int, w []byte, x []byte) float32 {
+	sum := float32(0)
+	sum0 := float32(0)
+	sum1 := float32(0)
+	sum2 := float32(0)
+	sum3 := float32(0)
+	sum4 := float32(0)
+	sum5 := float32(0)
+	sum6 := float32(0)
+	sum7 := float32(0)
+	for blk := 0; blk < n/256; blk++ {
+		wb := (*[210]byte)(w[blk*210:])
+		xb := (*[292]byte)(x[blk*292:])
+		d := float32(math.Float32frombits(uint32(xb[0])|uint32(xb[1])<<8|uint32(xb[2])<<16|uint32(xb[3])<<24) * f16tof32(uint16(wb[208])|uint16(wb[209])<<8))
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[0]>>0)&15)|(((wb[128]>>0)&3)<<4)) - 32) * int32(int8(xb[4])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[1]>>0)&15)|(((wb[129]>>0)&3)<<4)) - 32) * int32(int8(xb[5])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[2]>>0)&15)|(((wb[130]>>0)&3)<<4)) - 32) * int32(int8(xb[6])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[3]>>0)&15)|(((wb[131]>>0)&3)<<4)) - 32) * int32(int8(xb[7])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[32]>>0)&15)|(((wb[128]>>2)&3)<<4)) - 32) * int32(int8(xb[36])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[33]>>0)&15)|(((wb[129]>>2)&3)<<4)) - 32) * int32(int8(xb[37])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[34]>>0)&15)|(((wb[130]>>2)&3)<<4)) - 32) * int32(int8(xb[38])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[35]>>0)&15)|(((wb[131]>>2)&3)<<4)) - 32) * int32(int8(xb[39])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[0]>>4)&15)|(((wb[128]>>4)&3)<<4)) - 32) * int32(int8(xb[68])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[1]>>4)&15)|(((wb[129]>>4)&3)<<4)) - 32) * int32(int8(xb[69])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[2]>>4)&15)|(((wb[130]>>4)&3)<<4)) - 32) * int32(int8(xb[70])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[3]>>4)&15)|(((wb[131]>>4)&3)<<4)) - 32) * int32(int8(xb[71])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[32]>>4)&15)|(((wb[128]>>6)&3)<<4)) - 32) * int32(int8(xb[100])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[33]>>4)&15)|(((wb[129]>>6)&3)<<4)) - 32) * int32(int8(xb[101])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[34]>>4)&15)|(((wb[130]>>6)&3)<<4)) - 32) * int32(int8(xb[102])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[35]>>4)&15)|(((wb[131]>>6)&3)<<4)) - 32) * int32(int8(xb[103])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[64]>>0)&15)|(((wb[160]>>0)&3)<<4)) - 32) * int32(int8(xb[132])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[65]>>0)&15)|(((wb[161]>>0)&3)<<4)) - 32) * int32(int8(xb[133])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[66]>>0)&15)|(((wb[162]>>0)&3)<<4)) - 32) * int32(int8(xb[134])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[67]>>0)&15)|(((wb[163]>>0)&3)<<4)) - 32) * int32(int8(xb[135])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[96]>>0)&15)|(((wb[160]>>2)&3)<<4)) - 32) * int32(int8(xb[164])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[97]>>0)&15)|(((wb[161]>>2)&3)<<4)) - 32) * int32(int8(xb[165])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[98]>>0)&15)|(((wb[162]>>2)&3)<<4)) - 32) * int32(int8(xb[166])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[99]>>0)&15)|(((wb[163]>>2)&3)<<4)) - 32) * int32(int8(xb[167])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[64]>>4)&15)|(((wb[160]>>4)&3)<<4)) - 32) * int32(int8(xb[196])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[65]>>4)&15)|(((wb[161]>>4)&3)<<4)) - 32) * int32(int8(xb[197])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[66]>>4)&15)|(((wb[162]>>4)&3)<<4)) - 32) * int32(int8(xb[198])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[67]>>4)&15)|(((wb[163]>>4)&3)<<4)) - 32) * int32(int8(xb[199])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[96]>>4)&15)|(((wb[160]>>6)&3)<<4)) - 32) * int32(int8(xb[228])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[97]>>4)&15)|(((wb[161]>>6)&3)<<4)) - 32) * int32(int8(xb[229])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[98]>>4)&15)|(((wb[162]>>6)&3)<<4)) - 32) * int32(int8(xb[230])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[99]>>4)&15)|(((wb[163]>>6)&3)<<4)) - 32) * int32(int8(xb[231])))))
+			sum0 = quant.FMA32(d, float32(aux), sum0)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[4]>>0)&15)|(((wb[132]>>0)&3)<<4)) - 32) * int32(int8(xb[8])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[5]>>0)&15)|(((wb[133]>>0)&3)<<4)) - 32) * int32(int8(xb[9])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[6]>>0)&15)|(((wb[134]>>0)&3)<<4)) - 32) * int32(int8(xb[10])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[7]>>0)&15)|(((wb[135]>>0)&3)<<4)) - 32) * int32(int8(xb[11])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[36]>>0)&15)|(((wb[132]>>2)&3)<<4)) - 32) * int32(int8(xb[40])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[37]>>0)&15)|(((wb[133]>>2)&3)<<4)) - 32) * int32(int8(xb[41])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[38]>>0)&15)|(((wb[134]>>2)&3)<<4)) - 32) * int32(int8(xb[42])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[39]>>0)&15)|(((wb[135]>>2)&3)<<4)) - 32) * int32(int8(xb[43])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[4]>>4)&15)|(((wb[132]>>4)&3)<<4)) - 32) * int32(int8(xb[72])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[5]>>4)&15)|(((wb[133]>>4)&3)<<4)) - 32) * int32(int8(xb[73])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[6]>>4)&15)|(((wb[134]>>4)&3)<<4)) - 32) * int32(int8(xb[74])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[7]>>4)&15)|(((wb[135]>>4)&3)<<4)) - 32) * int32(int8(xb[75])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[36]>>4)&15)|(((wb[132]>>6)&3)<<4)) - 32) * int32(int8(xb[104])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[37]>>4)&15)|(((wb[133]>>6)&3)<<4)) - 32) * int32(int8(xb[105])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[38]>>4)&15)|(((wb[134]>>6)&3)<<4)) - 32) * int32(int8(xb[106])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[39]>>4)&15)|(((wb[135]>>6)&3)<<4)) - 32) * int32(int8(xb[107])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[68]>>0)&15)|(((wb[164]>>0)&3)<<4)) - 32) * int32(int8(xb[136])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[69]>>0)&15)|(((wb[165]>>0)&3)<<4)) - 32) * int32(int8(xb[137])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[70]>>0)&15)|(((wb[166]>>0)&3)<<4)) - 32) * int32(int8(xb[138])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[71]>>0)&15)|(((wb[167]>>0)&3)<<4)) - 32) * int32(int8(xb[139])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[100]>>0)&15)|(((wb[164]>>2)&3)<<4)) - 32) * int32(int8(xb[168])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[101]>>0)&15)|(((wb[165]>>2)&3)<<4)) - 32) * int32(int8(xb[169])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[102]>>0)&15)|(((wb[166]>>2)&3)<<4)) - 32) * int32(int8(xb[170])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[103]>>0)&15)|(((wb[167]>>2)&3)<<4)) - 32) * int32(int8(xb[171])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[68]>>4)&15)|(((wb[164]>>4)&3)<<4)) - 32) * int32(int8(xb[200])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[69]>>4)&15)|(((wb[165]>>4)&3)<<4)) - 32) * int32(int8(xb[201])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[70]>>4)&15)|(((wb[166]>>4)&3)<<4)) - 32) * int32(int8(xb[202])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[71]>>4)&15)|(((wb[167]>>4)&3)<<4)) - 32) * int32(int8(xb[203])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[100]>>4)&15)|(((wb[164]>>6)&3)<<4)) - 32) * int32(int8(xb[232])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[101]>>4)&15)|(((wb[165]>>6)&3)<<4)) - 32) * int32(int8(xb[233])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[102]>>4)&15)|(((wb[166]>>6)&3)<<4)) - 32) * int32(int8(xb[234])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[103]>>4)&15)|(((wb[167]>>6)&3)<<4)) - 32) * int32(int8(xb[235])))))
+			sum1 = quant.FMA32(d, float32(aux), sum1)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[8]>>0)&15)|(((wb[136]>>0)&3)<<4)) - 32) * int32(int8(xb[12])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[9]>>0)&15)|(((wb[137]>>0)&3)<<4)) - 32) * int32(int8(xb[13])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[10]>>0)&15)|(((wb[138]>>0)&3)<<4)) - 32) * int32(int8(xb[14])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[11]>>0)&15)|(((wb[139]>>0)&3)<<4)) - 32) * int32(int8(xb[15])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[40]>>0)&15)|(((wb[136]>>2)&3)<<4)) - 32) * int32(int8(xb[44])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[41]>>0)&15)|(((wb[137]>>2)&3)<<4)) - 32) * int32(int8(xb[45])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[42]>>0)&15)|(((wb[138]>>2)&3)<<4)) - 32) * int32(int8(xb[46])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[43]>>0)&15)|(((wb[139]>>2)&3)<<4)) - 32) * int32(int8(xb[47])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[8]>>4)&15)|(((wb[136]>>4)&3)<<4)) - 32) * int32(int8(xb[76])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[9]>>4)&15)|(((wb[137]>>4)&3)<<4)) - 32) * int32(int8(xb[77])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[10]>>4)&15)|(((wb[138]>>4)&3)<<4)) - 32) * int32(int8(xb[78])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[11]>>4)&15)|(((wb[139]>>4)&3)<<4)) - 32) * int32(int8(xb[79])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[40]>>4)&15)|(((wb[136]>>6)&3)<<4)) - 32) * int32(int8(xb[108])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[41]>>4)&15)|(((wb[137]>>6)&3)<<4)) - 32) * int32(int8(xb[109])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[42]>>4)&15)|(((wb[138]>>6)&3)<<4)) - 32) * int32(int8(xb[110])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[43]>>4)&15)|(((wb[139]>>6)&3)<<4)) - 32) * int32(int8(xb[111])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[72]>>0)&15)|(((wb[168]>>0)&3)<<4)) - 32) * int32(int8(xb[140])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[73]>>0)&15)|(((wb[169]>>0)&3)<<4)) - 32) * int32(int8(xb[141])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[74]>>0)&15)|(((wb[170]>>0)&3)<<4)) - 32) * int32(int8(xb[142])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[75]>>0)&15)|(((wb[171]>>0)&3)<<4)) - 32) * int32(int8(xb[143])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[104]>>0)&15)|(((wb[168]>>2)&3)<<4)) - 32) * int32(int8(xb[172])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[105]>>0)&15)|(((wb[169]>>2)&3)<<4)) - 32) * int32(int8(xb[173])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[106]>>0)&15)|(((wb[170]>>2)&3)<<4)) - 32) * int32(int8(xb[174])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[107]>>0)&15)|(((wb[171]>>2)&3)<<4)) - 32) * int32(int8(xb[175])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[72]>>4)&15)|(((wb[168]>>4)&3)<<4)) - 32) * int32(int8(xb[204])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[73]>>4)&15)|(((wb[169]>>4)&3)<<4)) - 32) * int32(int8(xb[205])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[74]>>4)&15)|(((wb[170]>>4)&3)<<4)) - 32) * int32(int8(xb[206])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[75]>>4)&15)|(((wb[171]>>4)&3)<<4)) - 32) * int32(int8(xb[207])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[104]>>4)&15)|(((wb[168]>>6)&3)<<4)) - 32) * int32(int8(xb[236])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[105]>>4)&15)|(((wb[169]>>6)&3)<<4)) - 32) * int32(int8(xb[237])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[106]>>4)&15)|(((wb[170]>>6)&3)<<4)) - 32) * int32(int8(xb[238])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[107]>>4)&15)|(((wb[171]>>6)&3)<<4)) - 32) * int32(int8(xb[239])))))
+			sum2 = quant.FMA32(d, float32(aux), sum2)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[12]>>0)&15)|(((wb[140]>>0)&3)<<4)) - 32) * int32(int8(xb[16])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[13]>>0)&15)|(((wb[141]>>0)&3)<<4)) - 32) * int32(int8(xb[17])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[14]>>0)&15)|(((wb[142]>>0)&3)<<4)) - 32) * int32(int8(xb[18])))))
+			aux = int32(aux + (int32(int8(wb[192])) * ((int32(((wb[15]>>0)&15)|(((wb[143]>>0)&3)<<4)) - 32) * int32(int8(xb[19])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[44]>>0)&15)|(((wb[140]>>2)&3)<<4)) - 32) * int32(int8(xb[48])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[45]>>0)&15)|(((wb[141]>>2)&3)<<4)) - 32) * int32(int8(xb[49])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[46]>>0)&15)|(((wb[142]>>2)&3)<<4)) - 32) * int32(int8(xb[50])))))
+			aux = int32(aux + (int32(int8(wb[194])) * ((int32(((wb[47]>>0)&15)|(((wb[143]>>2)&3)<<4)) - 32) * int32(int8(xb[51])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[12]>>4)&15)|(((wb[140]>>4)&3)<<4)) - 32) * int32(int8(xb[80])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[13]>>4)&15)|(((wb[141]>>4)&3)<<4)) - 32) * int32(int8(xb[81])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[14]>>4)&15)|(((wb[142]>>4)&3)<<4)) - 32) * int32(int8(xb[82])))))
+			aux = int32(aux + (int32(int8(wb[196])) * ((int32(((wb[15]>>4)&15)|(((wb[143]>>4)&3)<<4)) - 32) * int32(int8(xb[83])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[44]>>4)&15)|(((wb[140]>>6)&3)<<4)) - 32) * int32(int8(xb[112])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[45]>>4)&15)|(((wb[141]>>6)&3)<<4)) - 32) * int32(int8(xb[113])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[46]>>4)&15)|(((wb[142]>>6)&3)<<4)) - 32) * int32(int8(xb[114])))))
+			aux = int32(aux + (int32(int8(wb[198])) * ((int32(((wb[47]>>4)&15)|(((wb[143]>>6)&3)<<4)) - 32) * int32(int8(xb[115])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[76]>>0)&15)|(((wb[172]>>0)&3)<<4)) - 32) * int32(int8(xb[144])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[77]>>0)&15)|(((wb[173]>>0)&3)<<4)) - 32) * int32(int8(xb[145])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[78]>>0)&15)|(((wb[174]>>0)&3)<<4)) - 32) * int32(int8(xb[146])))))
+			aux = int32(aux + (int32(int8(wb[200])) * ((int32(((wb[79]>>0)&15)|(((wb[175]>>0)&3)<<4)) - 32) * int32(int8(xb[147])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[108]>>0)&15)|(((wb[172]>>2)&3)<<4)) - 32) * int32(int8(xb[176])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[109]>>0)&15)|(((wb[173]>>2)&3)<<4)) - 32) * int32(int8(xb[177])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[110]>>0)&15)|(((wb[174]>>2)&3)<<4)) - 32) * int32(int8(xb[178])))))
+			aux = int32(aux + (int32(int8(wb[202])) * ((int32(((wb[111]>>0)&15)|(((wb[175]>>2)&3)<<4)) - 32) * int32(int8(xb[179])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[76]>>4)&15)|(((wb[172]>>4)&3)<<4)) - 32) * int32(int8(xb[208])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[77]>>4)&15)|(((wb[173]>>4)&3)<<4)) - 32) * int32(int8(xb[209])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[78]>>4)&15)|(((wb[174]>>4)&3)<<4)) - 32) * int32(int8(xb[210])))))
+			aux = int32(aux + (int32(int8(wb[204])) * ((int32(((wb[79]>>4)&15)|(((wb[175]>>4)&3)<<4)) - 32) * int32(int8(xb[211])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[108]>>4)&15)|(((wb[172]>>6)&3)<<4)) - 32) * int32(int8(xb[240])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[109]>>4)&15)|(((wb[173]>>6)&3)<<4)) - 32) * int32(int8(xb[241])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[110]>>4)&15)|(((wb[174]>>6)&3)<<4)) - 32) * int32(int8(xb[242])))))
+			aux = int32(aux + (int32(int8(wb[206])) * ((int32(((wb[111]>>4)&15)|(((wb[175]>>6)&3)<<4)) - 32) * int32(int8(xb[243])))))
+			sum3 = quant.FMA32(d, float32(aux), sum3)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[16]>>0)&15)|(((wb[144]>>0)&3)<<4)) - 32) * int32(int8(xb[20])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[17]>>0)&15)|(((wb[145]>>0)&3)<<4)) - 32) * int32(int8(xb[21])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[18]>>0)&15)|(((wb[146]>>0)&3)<<4)) - 32) * int32(int8(xb[22])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[19]>>0)&15)|(((wb[147]>>0)&3)<<4)) - 32) * int32(int8(xb[23])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[48]>>0)&15)|(((wb[144]>>2)&3)<<4)) - 32) * int32(int8(xb[52])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[49]>>0)&15)|(((wb[145]>>2)&3)<<4)) - 32) * int32(int8(xb[53])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[50]>>0)&15)|(((wb[146]>>2)&3)<<4)) - 32) * int32(int8(xb[54])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[51]>>0)&15)|(((wb[147]>>2)&3)<<4)) - 32) * int32(int8(xb[55])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[16]>>4)&15)|(((wb[144]>>4)&3)<<4)) - 32) * int32(int8(xb[84])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[17]>>4)&15)|(((wb[145]>>4)&3)<<4)) - 32) * int32(int8(xb[85])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[18]>>4)&15)|(((wb[146]>>4)&3)<<4)) - 32) * int32(int8(xb[86])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[19]>>4)&15)|(((wb[147]>>4)&3)<<4)) - 32) * int32(int8(xb[87])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[48]>>4)&15)|(((wb[144]>>6)&3)<<4)) - 32) * int32(int8(xb[116])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[49]>>4)&15)|(((wb[145]>>6)&3)<<4)) - 32) * int32(int8(xb[117])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[50]>>4)&15)|(((wb[146]>>6)&3)<<4)) - 32) * int32(int8(xb[118])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[51]>>4)&15)|(((wb[147]>>6)&3)<<4)) - 32) * int32(int8(xb[119])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[80]>>0)&15)|(((wb[176]>>0)&3)<<4)) - 32) * int32(int8(xb[148])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[81]>>0)&15)|(((wb[177]>>0)&3)<<4)) - 32) * int32(int8(xb[149])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[82]>>0)&15)|(((wb[178]>>0)&3)<<4)) - 32) * int32(int8(xb[150])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[83]>>0)&15)|(((wb[179]>>0)&3)<<4)) - 32) * int32(int8(xb[151])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[112]>>0)&15)|(((wb[176]>>2)&3)<<4)) - 32) * int32(int8(xb[180])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[113]>>0)&15)|(((wb[177]>>2)&3)<<4)) - 32) * int32(int8(xb[181])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[114]>>0)&15)|(((wb[178]>>2)&3)<<4)) - 32) * int32(int8(xb[182])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[115]>>0)&15)|(((wb[179]>>2)&3)<<4)) - 32) * int32(int8(xb[183])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[80]>>4)&15)|(((wb[176]>>4)&3)<<4)) - 32) * int32(int8(xb[212])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[81]>>4)&15)|(((wb[177]>>4)&3)<<4)) - 32) * int32(int8(xb[213])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[82]>>4)&15)|(((wb[178]>>4)&3)<<4)) - 32) * int32(int8(xb[214])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[83]>>4)&15)|(((wb[179]>>4)&3)<<4)) - 32) * int32(int8(xb[215])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[112]>>4)&15)|(((wb[176]>>6)&3)<<4)) - 32) * int32(int8(xb[244])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[113]>>4)&15)|(((wb[177]>>6)&3)<<4)) - 32) * int32(int8(xb[245])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[114]>>4)&15)|(((wb[178]>>6)&3)<<4)) - 32) * int32(int8(xb[246])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[115]>>4)&15)|(((wb[179]>>6)&3)<<4)) - 32) * int32(int8(xb[247])))))
+			sum4 = quant.FMA32(d, float32(aux), sum4)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[20]>>0)&15)|(((wb[148]>>0)&3)<<4)) - 32) * int32(int8(xb[24])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[21]>>0)&15)|(((wb[149]>>0)&3)<<4)) - 32) * int32(int8(xb[25])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[22]>>0)&15)|(((wb[150]>>0)&3)<<4)) - 32) * int32(int8(xb[26])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[23]>>0)&15)|(((wb[151]>>0)&3)<<4)) - 32) * int32(int8(xb[27])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[52]>>0)&15)|(((wb[148]>>2)&3)<<4)) - 32) * int32(int8(xb[56])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[53]>>0)&15)|(((wb[149]>>2)&3)<<4)) - 32) * int32(int8(xb[57])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[54]>>0)&15)|(((wb[150]>>2)&3)<<4)) - 32) * int32(int8(xb[58])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[55]>>0)&15)|(((wb[151]>>2)&3)<<4)) - 32) * int32(int8(xb[59])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[20]>>4)&15)|(((wb[148]>>4)&3)<<4)) - 32) * int32(int8(xb[88])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[21]>>4)&15)|(((wb[149]>>4)&3)<<4)) - 32) * int32(int8(xb[89])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[22]>>4)&15)|(((wb[150]>>4)&3)<<4)) - 32) * int32(int8(xb[90])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[23]>>4)&15)|(((wb[151]>>4)&3)<<4)) - 32) * int32(int8(xb[91])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[52]>>4)&15)|(((wb[148]>>6)&3)<<4)) - 32) * int32(int8(xb[120])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[53]>>4)&15)|(((wb[149]>>6)&3)<<4)) - 32) * int32(int8(xb[121])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[54]>>4)&15)|(((wb[150]>>6)&3)<<4)) - 32) * int32(int8(xb[122])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[55]>>4)&15)|(((wb[151]>>6)&3)<<4)) - 32) * int32(int8(xb[123])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[84]>>0)&15)|(((wb[180]>>0)&3)<<4)) - 32) * int32(int8(xb[152])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[85]>>0)&15)|(((wb[181]>>0)&3)<<4)) - 32) * int32(int8(xb[153])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[86]>>0)&15)|(((wb[182]>>0)&3)<<4)) - 32) * int32(int8(xb[154])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[87]>>0)&15)|(((wb[183]>>0)&3)<<4)) - 32) * int32(int8(xb[155])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[116]>>0)&15)|(((wb[180]>>2)&3)<<4)) - 32) * int32(int8(xb[184])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[117]>>0)&15)|(((wb[181]>>2)&3)<<4)) - 32) * int32(int8(xb[185])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[118]>>0)&15)|(((wb[182]>>2)&3)<<4)) - 32) * int32(int8(xb[186])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[119]>>0)&15)|(((wb[183]>>2)&3)<<4)) - 32) * int32(int8(xb[187])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[84]>>4)&15)|(((wb[180]>>4)&3)<<4)) - 32) * int32(int8(xb[216])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[85]>>4)&15)|(((wb[181]>>4)&3)<<4)) - 32) * int32(int8(xb[217])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[86]>>4)&15)|(((wb[182]>>4)&3)<<4)) - 32) * int32(int8(xb[218])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[87]>>4)&15)|(((wb[183]>>4)&3)<<4)) - 32) * int32(int8(xb[219])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[116]>>4)&15)|(((wb[180]>>6)&3)<<4)) - 32) * int32(int8(xb[248])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[117]>>4)&15)|(((wb[181]>>6)&3)<<4)) - 32) * int32(int8(xb[249])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[118]>>4)&15)|(((wb[182]>>6)&3)<<4)) - 32) * int32(int8(xb[250])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[119]>>4)&15)|(((wb[183]>>6)&3)<<4)) - 32) * int32(int8(xb[251])))))
+			sum5 = quant.FMA32(d, float32(aux), sum5)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[24]>>0)&15)|(((wb[152]>>0)&3)<<4)) - 32) * int32(int8(xb[28])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[25]>>0)&15)|(((wb[153]>>0)&3)<<4)) - 32) * int32(int8(xb[29])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[26]>>0)&15)|(((wb[154]>>0)&3)<<4)) - 32) * int32(int8(xb[30])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[27]>>0)&15)|(((wb[155]>>0)&3)<<4)) - 32) * int32(int8(xb[31])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[56]>>0)&15)|(((wb[152]>>2)&3)<<4)) - 32) * int32(int8(xb[60])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[57]>>0)&15)|(((wb[153]>>2)&3)<<4)) - 32) * int32(int8(xb[61])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[58]>>0)&15)|(((wb[154]>>2)&3)<<4)) - 32) * int32(int8(xb[62])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[59]>>0)&15)|(((wb[155]>>2)&3)<<4)) - 32) * int32(int8(xb[63])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[24]>>4)&15)|(((wb[152]>>4)&3)<<4)) - 32) * int32(int8(xb[92])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[25]>>4)&15)|(((wb[153]>>4)&3)<<4)) - 32) * int32(int8(xb[93])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[26]>>4)&15)|(((wb[154]>>4)&3)<<4)) - 32) * int32(int8(xb[94])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[27]>>4)&15)|(((wb[155]>>4)&3)<<4)) - 32) * int32(int8(xb[95])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[56]>>4)&15)|(((wb[152]>>6)&3)<<4)) - 32) * int32(int8(xb[124])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[57]>>4)&15)|(((wb[153]>>6)&3)<<4)) - 32) * int32(int8(xb[125])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[58]>>4)&15)|(((wb[154]>>6)&3)<<4)) - 32) * int32(int8(xb[126])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[59]>>4)&15)|(((wb[155]>>6)&3)<<4)) - 32) * int32(int8(xb[127])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[88]>>0)&15)|(((wb[184]>>0)&3)<<4)) - 32) * int32(int8(xb[156])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[89]>>0)&15)|(((wb[185]>>0)&3)<<4)) - 32) * int32(int8(xb[157])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[90]>>0)&15)|(((wb[186]>>0)&3)<<4)) - 32) * int32(int8(xb[158])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[91]>>0)&15)|(((wb[187]>>0)&3)<<4)) - 32) * int32(int8(xb[159])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[120]>>0)&15)|(((wb[184]>>2)&3)<<4)) - 32) * int32(int8(xb[188])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[121]>>0)&15)|(((wb[185]>>2)&3)<<4)) - 32) * int32(int8(xb[189])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[122]>>0)&15)|(((wb[186]>>2)&3)<<4)) - 32) * int32(int8(xb[190])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[123]>>0)&15)|(((wb[187]>>2)&3)<<4)) - 32) * int32(int8(xb[191])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[88]>>4)&15)|(((wb[184]>>4)&3)<<4)) - 32) * int32(int8(xb[220])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[89]>>4)&15)|(((wb[185]>>4)&3)<<4)) - 32) * int32(int8(xb[221])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[90]>>4)&15)|(((wb[186]>>4)&3)<<4)) - 32) * int32(int8(xb[222])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[91]>>4)&15)|(((wb[187]>>4)&3)<<4)) - 32) * int32(int8(xb[223])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[120]>>4)&15)|(((wb[184]>>6)&3)<<4)) - 32) * int32(int8(xb[252])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[121]>>4)&15)|(((wb[185]>>6)&3)<<4)) - 32) * int32(int8(xb[253])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[122]>>4)&15)|(((wb[186]>>6)&3)<<4)) - 32) * int32(int8(xb[254])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[123]>>4)&15)|(((wb[187]>>6)&3)<<4)) - 32) * int32(int8(xb[255])))))
+			sum6 = quant.FMA32(d, float32(aux), sum6)
+		}
+		{
+			aux := int32(0)
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[28]>>0)&15)|(((wb[156]>>0)&3)<<4)) - 32) * int32(int8(xb[32])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[29]>>0)&15)|(((wb[157]>>0)&3)<<4)) - 32) * int32(int8(xb[33])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[30]>>0)&15)|(((wb[158]>>0)&3)<<4)) - 32) * int32(int8(xb[34])))))
+			aux = int32(aux + (int32(int8(wb[193])) * ((int32(((wb[31]>>0)&15)|(((wb[159]>>0)&3)<<4)) - 32) * int32(int8(xb[35])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[60]>>0)&15)|(((wb[156]>>2)&3)<<4)) - 32) * int32(int8(xb[64])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[61]>>0)&15)|(((wb[157]>>2)&3)<<4)) - 32) * int32(int8(xb[65])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[62]>>0)&15)|(((wb[158]>>2)&3)<<4)) - 32) * int32(int8(xb[66])))))
+			aux = int32(aux + (int32(int8(wb[195])) * ((int32(((wb[63]>>0)&15)|(((wb[159]>>2)&3)<<4)) - 32) * int32(int8(xb[67])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[28]>>4)&15)|(((wb[156]>>4)&3)<<4)) - 32) * int32(int8(xb[96])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[29]>>4)&15)|(((wb[157]>>4)&3)<<4)) - 32) * int32(int8(xb[97])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[30]>>4)&15)|(((wb[158]>>4)&3)<<4)) - 32) * int32(int8(xb[98])))))
+			aux = int32(aux + (int32(int8(wb[197])) * ((int32(((wb[31]>>4)&15)|(((wb[159]>>4)&3)<<4)) - 32) * int32(int8(xb[99])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[60]>>4)&15)|(((wb[156]>>6)&3)<<4)) - 32) * int32(int8(xb[128])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[61]>>4)&15)|(((wb[157]>>6)&3)<<4)) - 32) * int32(int8(xb[129])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[62]>>4)&15)|(((wb[158]>>6)&3)<<4)) - 32) * int32(int8(xb[130])))))
+			aux = int32(aux + (int32(int8(wb[199])) * ((int32(((wb[63]>>4)&15)|(((wb[159]>>6)&3)<<4)) - 32) * int32(int8(xb[131])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[92]>>0)&15)|(((wb[188]>>0)&3)<<4)) - 32) * int32(int8(xb[160])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[93]>>0)&15)|(((wb[189]>>0)&3)<<4)) - 32) * int32(int8(xb[161])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[94]>>0)&15)|(((wb[190]>>0)&3)<<4)) - 32) * int32(int8(xb[162])))))
+			aux = int32(aux + (int32(int8(wb[201])) * ((int32(((wb[95]>>0)&15)|(((wb[191]>>0)&3)<<4)) - 32) * int32(int8(xb[163])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[124]>>0)&15)|(((wb[188]>>2)&3)<<4)) - 32) * int32(int8(xb[192])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[125]>>0)&15)|(((wb[189]>>2)&3)<<4)) - 32) * int32(int8(xb[193])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[126]>>0)&15)|(((wb[190]>>2)&3)<<4)) - 32) * int32(int8(xb[194])))))
+			aux = int32(aux + (int32(int8(wb[203])) * ((int32(((wb[127]>>0)&15)|(((wb[191]>>2)&3)<<4)) - 32) * int32(int8(xb[195])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[92]>>4)&15)|(((wb[188]>>4)&3)<<4)) - 32) * int32(int8(xb[224])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[93]>>4)&15)|(((wb[189]>>4)&3)<<4)) - 32) * int32(int8(xb[225])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[94]>>4)&15)|(((wb[190]>>4)&3)<<4)) - 32) * int32(int8(xb[226])))))
+			aux = int32(aux + (int32(int8(wb[205])) * ((int32(((wb[95]>>4)&15)|(((wb[191]>>4)&3)<<4)) - 32) * int32(int8(xb[227])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[124]>>4)&15)|(((wb[188]>>6)&3)<<4)) - 32) * int32(int8(xb[256])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[125]>>4)&15)|(((wb[189]>>6)&3)<<4)) - 32) * int32(int8(xb[257])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[126]>>4)&15)|(((wb[190]>>6)&3)<<4)) - 32) * int32(int8(xb[258])))))
+			aux = int32(aux + (int32(int8(wb[207])) * ((int32(((wb[127]>>4)&15)|(((wb[191]>>6)&3)<<4)) - 32) * int32(int8(xb[259])))))
+			sum7 = quant.FMA32(d, float32(aux), sum7)
+		}
+	}
+	sum0 = float32(sum0 + sum4)
+	sum1 = float32(sum1 + sum5)
+	sum2 = float32(sum2 + sum6)
+	sum3 = float32(sum3 + sum7)
+	sum0 = float32(sum0 + sum2)
+	sum1 = float32(sum1 + sum3)
+	sum0 = float32(sum0 + sum1)
+	sum = float32(sum + sum0)
 	return sum
 }

@@ -57,7 +57,7 @@ func Dots() []Dot {
 	v := func(base *k.Kernel, name, doc string, s k.Schedule, w, x string, qk int) Dot {
 		return Dot{Variant(base, name, doc, s), w, x, qk}
 	}
-	return append(ds,
+	return append(append(ds,
 		v(f32, "DotF32AVX512", "is DotF32 in ggml_vec_dot_f32's AVX512 order.", simdF(64, true), "F32", "F32", 1),
 		v(f32, "DotF32TinyBLAS", "is DotF32 in llamafile tinyBLAS's AVX512 order (n%16 == 0).", simdF(16, true), "F32", "F32", 16),
 		v(f16, "DotF16AVX512", "is DotF16 in ggml_vec_dot_f16's AVX512 order.", simdF(64, false), "F16", "F16", 1),
@@ -65,5 +65,5 @@ func Dots() []Dot {
 		v(q80, "DotQ8_0AVX2", "is DotQ8_0 in ggml's AVX2 order.", avx2Q0, "Q8_0", "Q8_0", 32),
 		v(q40, "DotQ4_0AVX2", "is DotQ4_0 in ggml's AVX2 order.", avx2Q0, "Q4_0", "Q8_0", 32),
 		v(q40, "DotQ4_0Repack8x8", "is DotQ4_0 in the order of ggml's repacked q4_0_8x8 kernels.", repack8x8, "Q4_0", "Q8_0", 32),
-	)
+	), kDotsAVX2()...)
 }

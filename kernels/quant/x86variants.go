@@ -11,10 +11,8 @@ import (
 // bit of each result, and through the f16 KV cache and the 8-bit activation
 // rounding of quantized matmuls those bits decide discrete roundings.
 
-// fma32 is a float32 fused multiply-add a*b + c.
-func fma32(a, b, c float32) float32 {
-	return float32(math.FMA(float64(a), float64(b), float64(c)))
-}
+// fma32 is a float32 fused multiply-add a*b + c, rounded once.
+func fma32(a, b, c float32) float32 { return FMA32(a, b, c) }
 
 // reduce512 is GCC's _mm512_reduce_add_ps: halves added pairwise, 256, 128,
 // then the 4-lane tree (0+2, 1+3, then the two).

@@ -91,6 +91,11 @@ func (f *fn) expr(e kernel.Expr) string {
 		}
 		return "float32(1 / " + f.mathCall("Sqrt", e.Kind, e.Args) + ")"
 	}
+	if e.Op == kernel.OpFMA && e.Kind == kernel.F32 {
+		// float32(math.FMA(...)) would round twice; quant.FMA32 rounds once.
+		f.imports["github.com/jitllm/jitllm/kernels/quant"] = true
+		return "quant.FMA32(" + f.bare(e.Args[0]) + ", " + f.bare(e.Args[1]) + ", " + f.bare(e.Args[2]) + ")"
+	}
 	if name, ok := mathFuncs[e.Op]; ok {
 		return f.mathCall(name, e.Kind, e.Args)
 	}

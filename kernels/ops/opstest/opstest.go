@@ -58,6 +58,10 @@ var Variants = map[string]func(n int, w, x []byte) float32{
 	"DotQ8_0AVX2":      quant.DotQ8_0AVX2,
 	"DotQ4_0AVX2":      quant.DotQ4_0AVX2,
 	"DotQ4_0Repack8x8": quant.DotQ4_0Repack8x8,
+	"DotQ4_KAVX2":      DotQ4_KAVX2,
+	"DotQ4_KRepack8x8": DotQ4_KRepack8x8,
+	"DotQ5_KAVX2":      DotQ5_KAVX2,
+	"DotQ6_KAVX2":      DotQ6_KAVX2,
 }
 
 // DotReference is the kernels/quant function dot kernel d must match bit

@@ -1,0 +1,184 @@
+//go:build amd64
+
+package kquant
+
+import (
+	"fmt"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/jitllm/jitllm/kernels/cpukern"
+	"github.com/jitllm/jitllm/kernels/quant"
+)
+
+// hasAVX2 is what every kernel here needs: AVX2, FMA (VFMADD231PS) and
+// F16C (VCVTPH2PS).
+var hasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.FMA3, cpuid.F16C)
+
+// hasVNNI adds the AVX-512 of the zmm variants: F and BW (VPERMW, VPSRLVW,
+// 512-bit VPMADDUBSW), VL and DQ (EVEX forms of the AVX2 epilogue), and
+// VNNI's VPDPWSSD.
+var hasVNNI = hasAVX2 && cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512DQ, cpuid.AVX512VL, cpuid.AVX512VNNI)
+
+// asmDot names one generated dot (out[r] for r < its row count). Calls go
+// through callDot's switch, not a func value: a direct call to a noescape
+// stub keeps the caller's local out off the heap.
+type asmDot int
+
+const (
+	q4kDot1AVX2ID asmDot = iota
+	q4kDot8AVX2ID
+	q5kDot1AVX2ID
+	q5kDot8AVX2ID
+	q6kDot1AVX2ID
+	q6kDot8AVX2ID
+	q4kr8Dot1AVX2ID
+	q4kr8Dot8AVX2ID
+	q4kDot1VNNIID
+	q4kDot8VNNIID
+	q5kDot1VNNIID
+	q5kDot8VNNIID
+	q6kDot1VNNIID
+	q6kDot8VNNIID
+	q4kr8Dot1VNNIID
+	q4kr8Dot8VNNIID
+)
+
+func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
+	switch f {
+	case q4kDot1AVX2ID:
+		q4kDot1AVX2(nb, w, x, xstride, out)
+	case q4kDot8AVX2ID:
+		q4kDot8AVX2(nb, w, x, xstride, out)
+	case q5kDot1AVX2ID:
+		q5kDot1AVX2(nb, w, x, xstride, out)
+	case q5kDot8AVX2ID:
+		q5kDot8AVX2(nb, w, x, xstride, out)
+	case q6kDot1AVX2ID:
+		q6kDot1AVX2(nb, w, x, xstride, out)
+	case q6kDot8AVX2ID:
+		q6kDot8AVX2(nb, w, x, xstride, out)
+	case q4kr8Dot1AVX2ID:
+		q4kr8Dot1AVX2(nb, w, x, xstride, out)
+	case q4kr8Dot8AVX2ID:
+		q4kr8Dot8AVX2(nb, w, x, xstride, out)
+	case q4kDot1VNNIID:
+		q4kDot1VNNI(nb, w, x, xstride, out)
+	case q4kDot8VNNIID:
+		q4kDot8VNNI(nb, w, x, xstride, out)
+	case q5kDot1VNNIID:
+		q5kDot1VNNI(nb, w, x, xstride, out)
+	case q5kDot8VNNIID:
+		q5kDot8VNNI(nb, w, x, xstride, out)
+	case q6kDot1VNNIID:
+		q6kDot1VNNI(nb, w, x, xstride, out)
+	case q6kDot8VNNIID:
+		q6kDot8VNNI(nb, w, x, xstride, out)
+	case q4kr8Dot1VNNIID:
+		q4kr8Dot1VNNI(nb, w, x, xstride, out)
+	case q4kr8Dot8VNNIID:
+		q4kr8Dot8VNNI(nb, w, x, xstride, out)
+	default:
+		panic(fmt.Sprintf("kquant: no kernel %d", f))
+	}
+}
+
+// kind is one order's generated Dot and 1×8 Tile for one ISA (the zmm ones
+// rank above AVX2: about as fast or faster in the measured cases).
+type kind struct {
+	order string
+	t     quant.Type
+	bytes int
+	one   asmDot
+	tile  asmDot
+	isa   string
+	rank  int
+	ok    bool // the CPU has isa
+}
+
+func kinds() []kind {
+	return []kind{
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, "avx512vnni", 20, hasVNNI},
+	}
+}
+
+func init() {
+	for _, k := range kinds() {
+		if !k.ok {
+			continue
+		}
+		cpukern.Register(cpukern.Kernel{
+			Order: k.order, Type: k.t, ISA: k.isa, Rank: k.rank,
+			Dot: dotFunc(k), Tile: tileFunc(k), TileW: 1, TileX: tileX,
+		})
+	}
+	if hasAVX2 {
+		cpukern.RegisterQuantizer(cpukern.Quantizer{Type: quant.Q8_K, ISA: "avx2", Rank: 10, Quantize: quantizeQ8K})
+	}
+}
+
+// check panics, as the portable code's bounds checks would, on rows too
+// short for n values; the assembly reads only what it is given.
+func check(order string, n, wb, wlen, xlen int) int {
+	if n < 0 || n%qk != 0 {
+		panic(fmt.Sprintf("kquant %s: n=%d is not a multiple of %d", order, n, qk))
+	}
+	nb := n / qk
+	if wlen < nb*wb || xlen < nb*q8kBytes {
+		panic(fmt.Sprintf("kquant %s: n=%d needs %d weight and %d activation bytes, have %d and %d",
+			order, n, nb*wb, nb*q8kBytes, wlen, xlen))
+	}
+	return nb
+}
+
+func dotFunc(k kind) cpukern.Dot {
+	return func(n int, w, x []byte) float32 {
+		nb := check(k.order, n, k.bytes, len(w), len(x))
+		if nb == 0 {
+			return 0
+		}
+		var out float32
+		callDot(k.one, nb, &w[0], &x[0], 0, &out)
+		return out
+	}
+}
+
+func tileFunc(k kind) cpukern.Tile {
+	return func(n int, w []byte, wstride int, x []byte, xstride int, out []float32, ostride int) {
+		nb := check(k.order, n, k.bytes, len(w), len(x))
+		rb := nb * k.bytes
+		if wstride < rb || xstride < nb*q8kBytes || ostride < 1 {
+			panic(fmt.Sprintf("kquant %s: strides w=%d x=%d out=%d below a row (%d, %d, 1)",
+				k.order, wstride, xstride, ostride, rb, nb*q8kBytes))
+		}
+		if len(w) < rb || len(x) < (tileX-1)*xstride+nb*q8kBytes || len(out) < (tileX-1)*ostride+1 {
+			panic(fmt.Sprintf("kquant %s: a 1×%d tile needs %d x and %d out values past the strides",
+				k.order, tileX, (tileX-1)*xstride+nb*q8kBytes, (tileX-1)*ostride+1))
+		}
+		var o [tileX]float32
+		if nb > 0 {
+			callDot(k.tile, nb, &w[0], &x[0], xstride, &o[0])
+		}
+		for i, v := range o {
+			out[i*ostride] = v
+		}
+	}
+}
+
+// quantizeQ8K is quant.QuantizeRowX86(quant.Q8_K, x, dst) for whole blocks.
+func quantizeQ8K(x []float32, dst []byte) {
+	if len(x)%qk != 0 || len(dst) < len(x)/qk*q8kBytes {
+		panic(fmt.Sprintf("kquant: Q8_K of %d values into %d bytes: need a multiple of %d values and %d bytes",
+			len(x), len(dst), qk, len(x)/qk*q8kBytes))
+	}
+	if nb := len(x) / qk; nb > 0 {
+		quantQ8KAVX2(nb, &x[0], &dst[0])
+	}
+}

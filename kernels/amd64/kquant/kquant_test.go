@@ -1,0 +1,393 @@
+package kquant
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/jitllm/jitllm/kernels/cpugen"
+	"github.com/jitllm/jitllm/kernels/cpukern"
+	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/ops/opstest"
+	"github.com/jitllm/jitllm/kernels/quant"
+)
+
+type dotFn = func(n int, w, x []byte) float32
+
+// orders are the cpugen orders this package implements, with their weight
+// block decode.
+var orders = []struct {
+	name string
+	blk  ops.BlockDecode
+}{
+	{"DotQ4_KAVX2", ops.Q4_K},
+	{"DotQ5_KAVX2", ops.Q5_K},
+	{"DotQ6_KAVX2", ops.Q6_K},
+	{"DotQ4_KRepack8x8", ops.Q4_K},
+}
+
+func reference(t testing.TB, order string) dotFn {
+	f, ok := cpugen.Funcs[order].(dotFn)
+	if !ok {
+		t.Fatalf("cpugen has no row dot %s (run go generate ./kernels/cpugen)", order)
+	}
+	return f
+}
+
+func registered(t testing.TB, order string) []cpukern.Kernel {
+	ks := cpukern.All(order)
+	if len(ks) == 0 {
+		t.Skipf("no native %s: %s/%s or the CPU lacks AVX2+FMA+F16C", order, runtime.GOOS, runtime.GOARCH)
+	}
+	return ks
+}
+
+// agree checks a native result against cpugen's bit for bit. The one
+// excuse is cpugen's own: its FMA is float32(math.FMA(...)), which rounds
+// twice and misses a float32 tie once in a great while (an addend 2^29 times
+// smaller than the product, as extreme scales give); the hardware's VFMADD
+// rounds once. There the result must instead be the opstest reference of
+// the order, whose FMA rounds once, and cpugen must be the one that differs
+// from it.
+func agree(t testing.TB, order string, n int, w, x []byte, got float32, what string) {
+	t.Helper()
+	want := reference(t, order)(n, w, x)
+	if sameBits(got, want) {
+		return
+	}
+	exact := opstest.Variants[order](n, w, x)
+	if sameBits(got, exact) && !sameBits(want, exact) {
+		t.Logf("%s %s: %#x; cpugen %#x double-rounds an FMA (once-rounded reference %#x)", order, what,
+			math.Float32bits(got), math.Float32bits(want), math.Float32bits(exact))
+		return
+	}
+	t.Fatalf("%s %s n=%d: %v (%#x), cpugen %v (%#x), once-rounded reference %#x", order, what, n,
+		got, math.Float32bits(got), want, math.Float32bits(want), math.Float32bits(exact))
+}
+
+// sameBits is == on float bits; NaNs match any NaN (their payloads are the
+// hardware's choice, and the reference's f64 FMA picks its own).
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// weights is nb random blocks of d; extreme blocks (every third) have the
+// largest or tiniest f16 scales and saturated quants and scales.
+func weights(d ops.BlockDecode, nb int, r *rand.Rand) []byte {
+	w := opstest.Blocks(d, nb, r)
+	for i := 0; i < nb; i++ {
+		if i%3 != 2 {
+			continue
+		}
+		b := w[i*d.Bytes : (i+1)*d.Bytes]
+		for j := range b {
+			b[j] = []byte{0xff, 0x00, byte(r.Uint32())}[r.IntN(3)]
+		}
+		for _, off := range d.F16 {
+			h := []uint16{0x7bff, 0xfbff, 0x0001, 0x8400, 0x3c00, 0}[r.IntN(6)] // ±65504, subnormal, -2^-14, 1, 0
+			binary.LittleEndian.PutUint16(b[off:], h)
+		}
+	}
+	return w
+}
+
+// activations is a Q8_K row quantized as the matmul does, with some blocks
+// replaced by raw extremes: quants of ±127 and -128 (which the quantizer
+// never writes, but the bytes allow), consistent bsums, any scale.
+func activations(n int, r *rand.Rand) []byte {
+	scale := []float32{1, 1e-3, 1e3, 1e-30, 3e30}[r.IntN(5)]
+	x := opstest.Row(quant.Q8_K, n, opstest.Floats(n, scale, r), r)
+	for i := 0; i < n/qk; i++ {
+		if r.IntN(3) != 0 {
+			continue
+		}
+		b := x[i*q8kBytes : (i+1)*q8kBytes]
+		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(r.NormFloat64())*[]float32{1, 1e-20, 1e20}[r.IntN(3)]))
+		for j := 4; j < 260; j++ {
+			b[j] = []byte{0x80, 0x7f, 0x81, byte(r.Uint32())}[r.IntN(4)]
+		}
+		fixBsums(b)
+	}
+	return x
+}
+
+func fixBsums(b []byte) {
+	for g := 0; g < 16; g++ {
+		var s int32
+		for _, v := range b[4+16*g : 20+16*g] {
+			s += int32(int8(v))
+		}
+		binary.LittleEndian.PutUint16(b[260+2*g:], uint16(int16(s)))
+	}
+}
+
+var lengths = []int{256, 512, 768, 2048, 4096, 8192 + 256}
+
+func TestDotMatchesCpugen(t *testing.T) {
+	for _, o := range orders {
+		for _, k := range registered(t, o.name) {
+			t.Run(fmt.Sprintf("%s/%s", o.name, k.ISA), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(1, uint64(len(o.name))))
+				for _, n := range lengths {
+					for rep := 0; rep < 12; rep++ {
+						w, x := weights(o.blk, n/qk, r), activations(n, r)
+						agree(t, o.name, n, w, x, k.Dot(n, w, x), fmt.Sprintf("rep %d", rep))
+					}
+				}
+				if got := k.Dot(0, nil, nil); math.Float32bits(got) != 0 {
+					t.Errorf("n=0: %v", got)
+				}
+			})
+		}
+	}
+}
+
+func TestTileMatchesCpugen(t *testing.T) {
+	for _, o := range orders {
+		for _, k := range registered(t, o.name) {
+			if k.Tile == nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%s", o.name, k.ISA), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(2, uint64(len(o.name))))
+				for _, n := range lengths {
+					nb := n / qk
+					// padded strides, so a tile that ignores them shows
+					wstride, xstride, ostride := nb*o.blk.Bytes+o.blk.Bytes, nb*q8kBytes+q8kBytes, k.TileW+3
+					w := weights(o.blk, (k.TileW*wstride)/o.blk.Bytes, r)
+					x := make([]byte, k.TileX*xstride)
+					for i := 0; i < k.TileX; i++ {
+						copy(x[i*xstride:], activations(n, r))
+					}
+					out := make([]float32, k.TileX*ostride)
+					k.Tile(n, w, wstride, x, xstride, out, ostride)
+					for i := 0; i < k.TileX; i++ {
+						for j := 0; j < k.TileW; j++ {
+							got := out[i*ostride+j]
+							agree(t, o.name, n, w[j*wstride:], x[i*xstride:], got, fmt.Sprintf("out[%d,%d]", i, j))
+							if d := k.Dot(n, w[j*wstride:], x[i*xstride:]); !sameBits(d, got) {
+								t.Fatalf("n=%d out[%d,%d]: tile %v, its Dot %v", n, i, j, got, d)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestShortRowsPanic(t *testing.T) {
+	for _, o := range orders {
+		for _, k := range registered(t, o.name) {
+			for _, f := range []func(){
+				func() { k.Dot(512, make([]byte, o.blk.Bytes), make([]byte, 2*q8kBytes)) },
+				func() { k.Dot(300, make([]byte, 2*o.blk.Bytes), make([]byte, 2*q8kBytes)) },
+				func() {
+					k.Tile(256, make([]byte, o.blk.Bytes), o.blk.Bytes, make([]byte, q8kBytes), q8kBytes, make([]float32, 8), 1)
+				},
+			} {
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Errorf("%s: no panic on a short row", o.name)
+						}
+					}()
+					f()
+				}()
+			}
+		}
+	}
+}
+
+func quantizer(t testing.TB) cpukern.Quantizer {
+	q, ok := cpukern.LookupQuantizer(quant.Q8_K)
+	if !ok {
+		t.Skipf("no native Q8_K quantizer: %s/%s or the CPU lacks AVX2", runtime.GOOS, runtime.GOARCH)
+	}
+	return q
+}
+
+func sameQ8K(t *testing.T, q cpukern.Quantizer, x []float32, what string) {
+	t.Helper()
+	got, want := make([]byte, len(x)/qk*q8kBytes), make([]byte, len(x)/qk*q8kBytes)
+	for i := range got {
+		got[i] = 0xa5 // every byte must be written
+	}
+	q.Quantize(x, got)
+	if err := quant.QuantizeRowX86(quant.Q8_K, x, want); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: byte %d (block %d offset %d) is %#x, quant %#x", what, i, i/q8kBytes, i%q8kBytes, got[i], want[i])
+		}
+	}
+}
+
+func TestQuantizerMatches(t *testing.T) {
+	q := quantizer(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range lengths {
+		for _, s := range []float32{1, 1e-3, 1e3, 1e-38, 3e38} {
+			sameQ8K(t, q, opstest.Floats(n, s, r), fmt.Sprintf("n=%d scale %g", n, s))
+		}
+	}
+	special := func(f func(x []float32)) []float32 {
+		x := opstest.Floats(512, 2, r)
+		f(x)
+		return x
+	}
+	nan := float32(math.NaN())
+	for name, x := range map[string][]float32{
+		"zeros":           make([]float32, 512),
+		"negative zeros":  special(func(x []float32) { clear(x[:256]); x[3] = float32(math.Copysign(0, -1)) }),
+		"one value":       special(func(x []float32) { clear(x[:256]); x[200] = -0.5 }),
+		"ties for amax":   special(func(x []float32) { x[7], x[9] = -4, 4; x[300], x[301] = 5, -5 }),
+		"last is amax":    special(func(x []float32) { x[255] = -9 }),
+		"halves":          special(func(x []float32) { x[0] = 127; x[1], x[2], x[3] = 0.5, 1.5, -2.5 }),
+		"nan":             special(func(x []float32) { x[5], x[260] = nan, nan }),
+		"inf":             special(func(x []float32) { x[17] = float32(math.Inf(-1)); x[400] = float32(math.Inf(1)) }),
+		"denormal":        special(func(x []float32) { clear(x[:256]); x[10], x[11] = 1e-45, -3e-45 }),
+		"subnormal scale": special(func(x []float32) { x[0] = 1e-40 }),
+	} {
+		sameQ8K(t, q, x, name)
+	}
+}
+
+func FuzzDotQ4_KAVX2(f *testing.F)      { fuzzDot(f, 0) }
+func FuzzDotQ5_KAVX2(f *testing.F)      { fuzzDot(f, 1) }
+func FuzzDotQ6_KAVX2(f *testing.F)      { fuzzDot(f, 2) }
+func FuzzDotQ4_KRepack8x8(f *testing.F) { fuzzDot(f, 3) }
+
+// fuzzDot: any weight bytes (NaN and Inf scales included) and any Q8_K
+// quants and scale, bsums consistent with the quants as every Q8_K row is.
+func fuzzDot(f *testing.F, which int) {
+	o := orders[which]
+	f.Add([]byte{1, 2, 3}, uint64(1))
+	f.Add(make([]byte, 64), uint64(7))
+	f.Fuzz(func(t *testing.T, seed []byte, s uint64) {
+		ks := registered(t, o.name)
+		r := rand.New(rand.NewPCG(s, uint64(len(seed))))
+		nb := 1 + int(s%5)
+		w := make([]byte, nb*o.blk.Bytes)
+		x := make([]byte, nb*q8kBytes)
+		for i := range w {
+			w[i] = byte(r.Uint32())
+		}
+		for i := range x {
+			x[i] = byte(r.Uint32())
+		}
+		copy(w, seed)
+		if len(seed) > len(w) {
+			copy(x, seed[len(w):])
+		}
+		for i := 0; i < nb; i++ {
+			fixBsums(x[i*q8kBytes : (i+1)*q8kBytes])
+		}
+		for _, k := range ks {
+			agree(t, o.name, nb*qk, w, x, k.Dot(nb*qk, w, x), k.ISA)
+		}
+	})
+}
+
+func FuzzQuantizeQ8K(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x7f}, uint64(1))
+	f.Fuzz(func(t *testing.T, seed []byte, s uint64) {
+		q := quantizer(t)
+		r := rand.New(rand.NewPCG(s, 5))
+		x := opstest.Floats(qk*(1+int(s%3)), float32(math.Ldexp(1, int(s%200)-100)), r)
+		for i := 0; i+4 <= len(seed) && i/4 < len(x); i += 4 {
+			x[i/4] = math.Float32frombits(binary.LittleEndian.Uint32(seed[i:]))
+		}
+		sameQ8K(t, q, x, "fuzz")
+	})
+}
+
+func benchRows(b *testing.B, blk ops.BlockDecode, n, rows int) ([]byte, []byte) {
+	r := rand.New(rand.NewPCG(9, 9))
+	return opstest.Blocks(blk, n/qk, r), opstest.Row(quant.Q8_K, rows*n, nil, r)
+}
+
+func BenchmarkDot(b *testing.B) {
+	for _, o := range orders {
+		ref := reference(b, o.name)
+		ks := cpukern.All(o.name)
+		for _, n := range []int{2048, 8192} {
+			w, x := benchRows(b, o.blk, n, tileX)
+			b.Run(fmt.Sprintf("%s/n=%d/cpugen", o.name, n), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				for b.Loop() {
+					ref(n, w, x)
+				}
+			})
+			b.Run(fmt.Sprintf("%s/n=%d/cpugen-x%d", o.name, n, tileX), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				xs := n / qk * q8kBytes
+				for b.Loop() {
+					for i := 0; i < tileX; i++ {
+						ref(n, w, x[i*xs:])
+					}
+				}
+			})
+			for _, k := range ks {
+				b.Run(fmt.Sprintf("%s/n=%d/%s-dot", o.name, n, k.ISA), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					for b.Loop() {
+						k.Dot(n, w, x)
+					}
+				})
+				b.Run(fmt.Sprintf("%s/n=%d/%s-tile%dx%d", o.name, n, k.ISA, k.TileW, k.TileX), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					xs := n / qk * q8kBytes
+					out := make([]float32, k.TileX)
+					for b.Loop() {
+						k.Tile(n, w, len(w), x, xs, out, 1)
+					}
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkQuantizeQ8K(b *testing.B) {
+	x := opstest.Floats(2048, 1, rand.New(rand.NewPCG(1, 1)))
+	dst := make([]byte, 8*q8kBytes)
+	b.Run("quant", func(b *testing.B) {
+		b.SetBytes(4 * 2048)
+		for b.Loop() {
+			_ = quant.QuantizeRowX86(quant.Q8_K, x, dst)
+		}
+	})
+	if q, ok := cpukern.LookupQuantizer(quant.Q8_K); ok {
+		b.Run(q.ISA, func(b *testing.B) {
+			b.SetBytes(4 * 2048)
+			for b.Loop() {
+				q.Quantize(x, dst)
+			}
+		})
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	if len(cpukern.All("DotQ4_KAVX2")) == 0 {
+		t.Skip("no native K-quant kernel registered on this CPU")
+	}
+	for _, order := range []string{"DotQ4_KAVX2", "DotQ4_KRepack8x8", "DotQ6_KAVX2"} {
+		for _, k := range cpukern.All(order) {
+			const n = 512
+			w := make([]byte, n/256*256)
+			x := make([]byte, 8*(n/256)*400)
+			xs := (n / 256) * 292
+			out := make([]float32, 8)
+			if a := testing.AllocsPerRun(50, func() { k.Dot(n, w, x) }); a != 0 {
+				t.Errorf("%s/%s Dot: %v allocations a call", order, k.ISA, a)
+			}
+			if a := testing.AllocsPerRun(50, func() { k.Tile(n, w, len(w), x, xs, out, 1) }); a != 0 {
+				t.Errorf("%s/%s Tile: %v allocations a call", order, k.ISA, a)
+			}
+		}
+	}
+}
