@@ -118,6 +118,13 @@ func printDoctor(w io.Writer, r discover.Report) {
 		for _, q := range m.QuantTypes {
 			p("  %-7s %4d tensors %10s  %s\n", q.Type, q.Tensors, discover.GiB(q.Bytes), orNoBackend(q.Backend))
 		}
+		for _, k := range m.CPUKernels {
+			rows := "decode"
+			if k.Rows != "1" {
+				rows = "batches"
+			}
+			p("  cpu %-7s %-7s %-18s %-10s tile %d×%d, %d weights\n", k.Type, rows, k.Order, k.ISA, k.Tile[0], k.Tile[1], k.Tensors)
+		}
 		if e := m.Estimate; e != nil {
 			p("  memory at context %d, batch %d: %s = weights %s + KV cache %s + activations %s + overhead %s\n",
 				e.Context, e.MaxBatch, discover.GiB(e.Total), discover.GiB(e.Weights), discover.GiB(e.KV),

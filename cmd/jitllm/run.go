@@ -14,6 +14,7 @@ import (
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/generate"
 	"github.com/jitllm/jitllm/runtime/sample"
+	"github.com/jitllm/jitllm/runtime/tune"
 )
 
 // genFlags are the flags run and chat share.
@@ -26,6 +27,7 @@ type genFlags struct {
 	special   bool
 	verbose   bool
 	devices   string
+	tune      tune.Mode
 }
 
 func (f *genFlags) register(c *cobra.Command) {
@@ -47,6 +49,8 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.BoolVar(&f.special, "special", false, "parse special-token text (e.g. <s>) in the prompt")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print timings to stderr")
 	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda (cuda:0) or auto")
+	f.tune = tune.Quick
+	fl.Var(&f.tune, "tune", "CPU kernel tuning: off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
 }
 
 func (f *genFlags) request(prompt string) generate.Request {
@@ -61,7 +65,7 @@ func (f *genFlags) open(path string) (*generate.Model, *generate.Session, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := m.NewSessionOn(f.devices, exec.Options{Threads: f.threads, Context: f.ctx})
+	s, err := m.NewSessionOn(f.devices, exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune})
 	if err != nil {
 		m.Close()
 		return nil, nil, err

@@ -15,12 +15,13 @@ import (
 
 	"github.com/jitllm/jitllm/runtime/bench"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/tune"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-json]",
+		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-tune quick] [-json]",
 		Short: "measure prefill and decode speed, as llama-bench does",
 		Long: `speed times MODEL (.gguf or .jlm): prefill (pp: one forward of -p tokens) and
 decode (tg: -n single-token forwards), each the best of -r runs after a warm-up,
@@ -35,6 +36,9 @@ object per test with the same fields.
   -b N         most tokens in one forward (default min(-p, 512))
   -devices D   cpu, cuda (cuda:0) or auto
   -threads N   worker threads (0 = one per CPU)
+  -tune M      CPU kernel tuning: off (defaults), quick (default: a few
+               candidates per matmul shape, measured on first use and cached
+               in the user cache dir) or full (a wider search)
   -json        JSON instead of the table`,
 		DisableFlagsInUseLine: true,
 		DisableFlagParsing:    true,
@@ -61,6 +65,8 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	fs.IntVar(&cfg.MaxBatch, "b", 0, "batch")
 	fs.IntVar(&cfg.Threads, "threads", 0, "threads")
 	fs.IntVar(&cfg.Threads, "t", 0, "threads")
+	cfg.Tune = tune.Quick
+	fs.Var(&cfg.Tune, "tune", "CPU kernel tuning")
 	devices := fs.String("devices", "cpu", "backend")
 	asJSON := fs.Bool("json", false, "JSON output")
 	verbose := fs.Bool("v", false, "print each run")

@@ -21,19 +21,21 @@ import (
 
 	"github.com/jitllm/jitllm/runtime/devices"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/tune"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 // Config chooses the tests.
 type Config struct {
-	Prompt   int    // prefill test of this many tokens (pp<Prompt>); 0 skips it
-	Gen      int    // decode test of this many tokens (tg<Gen>); 0 skips it
-	Depth    int    // the decode test starts after an untimed prefill of this many tokens (0: from an empty cache, as llama-bench's tg)
-	Reps     int    // runs of each test; the best counts (0 = 1)
-	Threads  int    // worker threads (0 = one per CPU)
-	MaxBatch int    // most rows in one forward (0 = min(Prompt, 512), as llama-bench's n_ubatch)
-	Seed     uint64 // token ids are random in the vocabulary
-	Devices  string // -devices value (runtime/devices); "" = cpu
+	Prompt   int       // prefill test of this many tokens (pp<Prompt>); 0 skips it
+	Gen      int       // decode test of this many tokens (tg<Gen>); 0 skips it
+	Depth    int       // the decode test starts after an untimed prefill of this many tokens (0: from an empty cache, as llama-bench's tg)
+	Reps     int       // runs of each test; the best counts (0 = 1)
+	Threads  int       // worker threads (0 = one per CPU)
+	MaxBatch int       // most rows in one forward (0 = min(Prompt, 512), as llama-bench's n_ubatch)
+	Seed     uint64    // token ids are random in the vocabulary
+	Devices  string    // -devices value (runtime/devices); "" = cpu
+	Tune     tune.Mode // CPU kernel tuning (exec.Options.Tune)
 	// Progress, when set, is told each run's figure as it is measured.
 	Progress func(test string, run int, tps float64)
 }
@@ -114,7 +116,7 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 	rep.Model, rep.Size, rep.Params = Describe(m.Src)
 	rep.LoadAvg[0] = loadAvg()
 
-	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen})
+	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen, Tune: cfg.Tune})
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +142,24 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 	}
 	if _, err := r.Forward(toks(1)); err != nil {
 		return nil, err
+	}
+	// With tuning on, the tests' shapes are measured (or read from the
+	// cache) here, outside the timed runs.
+	for range cfg.Tune.Rounds() {
+		if cfg.Prompt > 0 {
+			r.Truncate(0)
+			if _, err := r.Forward(prompt); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.Gen > 0 {
+			if r.Pos() >= r.Context() {
+				r.Truncate(0)
+			}
+			if _, err := r.Forward(gen[:1]); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	if cfg.Prompt > 0 {

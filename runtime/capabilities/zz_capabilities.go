@@ -104,8 +104,9 @@ var generated = Table{
 			Type:   "MXFP4",
 		}},
 		Variants: []Variant{Variant{
+			Files:  []string{"kernels/amd64/kquant/zz_kquant_amd64.s", "kernels/amd64/legacy/zz_legacy_amd64.s"},
 			GOARCH: "amd64",
-			Kind:   "go",
+			Kind:   "asm",
 		}, Variant{
 			GOARCH: "arm64",
 			Kind:   "go",
@@ -166,20 +167,24 @@ var generated = Table{
 		Method: "GET",
 		Path:   "/v1/capabilities",
 	}, Endpoint{
-		Accepts: []string{"frequency_penalty", "logprobs", "max_completion_tokens", "max_tokens", "messages", "min_p", "model", "n", "presence_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_k", "top_logprobs", "top_p", "user"},
+		Accepts: []string{"frequency_penalty", "logprobs", "max_completion_tokens", "max_tokens", "messages", "min_p", "model", "n", "parallel_tool_calls", "presence_penalty", "repeat_penalty", "response_format", "seed", "stop", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_k", "top_logprobs", "top_p", "user"},
 		Method:  "POST",
 		Path:    "/v1/chat/completions",
-		Refuses: []string{"tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias", "parallel_tool_calls"},
+		Refuses: []string{"functions", "function_call", "logit_bias"},
 	}, Endpoint{
 		Accepts: []string{"best_of", "echo", "frequency_penalty", "logprobs", "max_tokens", "min_p", "model", "n", "presence_penalty", "prompt", "repeat_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_k", "top_p", "user"},
 		Method:  "POST",
 		Path:    "/v1/completions",
 		Refuses: []string{"suffix", "tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias", "parallel_tool_calls"},
 	}, Endpoint{
-		Accepts: []string{"max_tokens", "messages", "metadata", "model", "stop_sequences", "stream", "system", "temperature", "top_k", "top_p"},
+		Accepts: []string{"dimensions", "encoding_format", "input", "model", "user"},
+		Method:  "POST",
+		Path:    "/v1/embeddings",
+	}, Endpoint{
+		Accepts: []string{"max_tokens", "messages", "metadata", "model", "stop_sequences", "stream", "system", "temperature", "tool_choice", "tools", "top_k", "top_p"},
 		Method:  "POST",
 		Path:    "/v1/messages",
-		Refuses: []string{"tools", "tool_choice", "thinking"},
+		Refuses: []string{"thinking"},
 	}, Endpoint{
 		Method: "GET",
 		Path:   "/v1/models",

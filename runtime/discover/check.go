@@ -29,6 +29,10 @@ type ModelReport struct {
 	Fits         []Fit      `json:"fits"`
 	CanRun       bool       `json:"can_run"`
 	Problems     []Problem  `json:"problems"`
+
+	// CPUKernels is what the CPU backend's matmuls run on this CPU: each
+	// dot-product order with the ISA of its kernel (native or Go).
+	CPUKernels []exec.KernelUse `json:"cpu_kernels,omitempty"`
 }
 
 // QuantUse is one stored type of the model's bound tensors.
@@ -147,6 +151,8 @@ func CheckModel(path string, devs []Device, opt Options) ModelReport {
 				"use a file quantized to a covered type (Q4_K_M, Q5_K_M, Q8_0, F16 …; jitllm capabilities lists them)"})
 		}
 	}
+
+	r.CPUKernels = cpuKernels(g, src)
 
 	est, err := EstimateMemory(g, src, opt)
 	if err != nil {

@@ -24,30 +24,32 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 		w := &r.m.Weights[n.Weight]
 		rb := w.RowBytes()
 		decode := dequantizer(w.Type)
-		return func() {
-			for i := 0; i < r.nRows; i++ {
+		rows := func(lo, hi int) {
+			for i := lo; i < hi; i++ {
 				t := int(r.tokens[i])
 				decode(w.Data[t*rb:(t+1)*rb], y[i*cols:(i+1)*cols])
 			}
-		}, nil
+		}
+		return func() { r.rowsRun(r.nRows, cols, rows) }, nil
 	case dsl.OpMatMul:
 		return r.lowerMatMul(id, n)
 	case dsl.OpAdd, dsl.OpMul:
 		a, _ := in(0)
 		b, _ := in(1)
 		add := n.Op == dsl.OpAdd
-		return func() {
-			m := r.nRows * cols
+		rows := func(lo, hi int) {
+			y, a, b := y[lo*cols:hi*cols], a[lo*cols:hi*cols], b[lo*cols:hi*cols]
 			if add {
-				for i := 0; i < m; i++ {
+				for i := range y {
 					y[i] = a[i] + b[i]
 				}
 				return
 			}
-			for i := 0; i < m; i++ {
+			for i := range y {
 				y[i] = a[i] * b[i]
 			}
-		}, nil
+		}
+		return func() { r.rowsRun(r.nRows, cols, rows) }, nil
 	case dsl.OpScale:
 		a, _ := in(0)
 		f := n.F
@@ -58,13 +60,14 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 		}, nil
 	case dsl.OpSiLU:
 		a, _ := in(0)
-		return func() {
+		rows := func(lo, hi int) {
 			// ggml's AVX512 build: ggml_v_silu on blocks of 16 of each row,
 			// the C library's expf for the rest (vec.cpp ggml_vec_swiglu_f32).
-			for i := 0; i < r.nRows; i++ {
-				quant.SiLUAVX512(a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols])
+			for i := lo; i < hi; i++ {
+				silu(a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols])
 			}
-		}, nil
+		}
+		return func() { r.rowsRun(r.nRows, 8*cols, rows) }, nil
 	case dsl.OpGELU:
 		a, _ := in(0)
 		return func() {
@@ -128,8 +131,8 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 	rms := n.Op == dsl.OpRMSNorm
 	if rms && b == nil {
 		// The kernels written in dsl/kernel (kernels/ops), rendered to Go.
-		return func() {
-			for i := 0; i < r.nRows; i++ {
+		rows := func(lo, hi int) {
+			for i := lo; i < hi; i++ {
 				x, o := a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
 				if w != nil {
 					cpugen.RMSNorm(x, w, o, eps)
@@ -137,7 +140,8 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 					cpugen.RMSNormNoWeight(x, o, eps)
 				}
 			}
-		}, nil
+		}
+		return func() { r.rowsRun(r.nRows, 2*cols, rows) }, nil
 	}
 	return func() {
 		for i := 0; i < r.nRows; i++ {

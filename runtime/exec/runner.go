@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/tune"
 )
 
 // Options shape a runner.
@@ -13,6 +15,13 @@ type Options struct {
 	Context   int  // KV cache positions; 0 = the model's trained context, capped at 4096
 	LogitsAll bool // return logits for every row of a step, not only the last
 	Sequences int  // independent sequences sharing the planned kernels, each with its own KV slot; 0 = 1
+
+	// Tune chooses the matmuls' block sizes and worker counts by measuring
+	// candidates on each shape's first use (runtime/tune); Off runs the
+	// defaults. Results are the same either way.
+	Tune tune.Mode
+	// TuneDir holds the tuning cache; "" = os.UserCacheDir()/jitllm.
+	TuneDir string
 }
 
 // Batch is one step over rows from several sequences: row i feeds Tokens[i]
@@ -23,6 +32,7 @@ type Batch struct {
 	Tokens []int32
 	Seq    []int32
 	Logits int
+	Hidden bool // compute every row's final hidden state (Runner.Hidden), not only the logit rows'
 }
 
 // Runner holds the state of its sequences (KV cache slots, positions) and
@@ -45,8 +55,19 @@ type Runner struct {
 	outID   int
 	outRow  int // first row the logits node computes (the last rows of a step)
 
+	allRows bool // this step computes the final hidden state of every row (hidden.go)
+
 	kv   []layerKV
 	qbuf []byte // activation rows quantized for a matmul
+
+	// What qbuf holds: node qSrc's rows [qLo, qHi) as qType, this step.
+	qSrc     int
+	qType    quant.Type
+	qLo, qHi int
+
+	matmuls []*matmul
+	tc      *tune.Cache
+	ropeCS  []float32 // scratch: each row's rope cos/sin pairs
 }
 
 type layerKV struct {
@@ -168,6 +189,7 @@ func (r *Runner) ForwardBatch(b Batch) ([]float32, error) {
 	}
 	copy(r.tokens, b.Tokens)
 	copy(r.rowSeq, b.Seq)
+	r.allRows = b.Hidden
 	return r.step(n, b.Logits), nil
 }
 
@@ -192,6 +214,7 @@ func (r *Runner) step(n, logits int) []float32 {
 	}
 	r.nRows = n
 	r.outRow = n - logits
+	r.qSrc = -1
 	for _, s := range r.steps {
 		s()
 	}
@@ -248,6 +271,18 @@ func (r *Runner) plan() error {
 	}
 	r.qbuf = make([]byte, rows*maxQ)
 	return nil
+}
+
+// tuneCache is the tuning cache the runner's options name.
+func (r *Runner) tuneCache() *tune.Cache {
+	if r.tc == nil {
+		if r.opt.TuneDir != "" {
+			r.tc = tune.At(r.opt.TuneDir)
+		} else {
+			r.tc = tune.Default()
+		}
+	}
+	return r.tc
 }
 
 // MaxBatch is the most rows one step carries.

@@ -1,0 +1,10 @@
+package exec
+
+// The native kernels register themselves into kernels/cpukern at init, for
+// the instruction sets this CPU has; the matmul looks them up by order and
+// falls back to kernels/cpugen where none is registered. Both packages
+// build on every GOARCH (with nothing to register off amd64).
+import (
+	_ "github.com/jitllm/jitllm/kernels/amd64/kquant"
+	_ "github.com/jitllm/jitllm/kernels/amd64/legacy"
+)
