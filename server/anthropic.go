@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	messagesFields   = set("model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata")
+	messagesFields   = set("model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "tools", "tool_choice")
 	anthMessageField = set("role", "content")
 	anthPartExtra    = set("cache_control")
 )
@@ -122,6 +122,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	tools, e := parseAnthropicTools(obj, m)
+	if e != nil {
+		fail(e)
+		return
+	}
 	var msgs []template.Message
 	if raw, ok := obj["system"]; ok {
 		sys, e := textContent(raw, "system", anthPartExtra)
@@ -138,6 +143,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		fail(badRequest("messages", "messages: must be a non-empty array"))
 		return
 	}
+	callNames := map[string]string{} // tool_use id -> name, for tool results
 	for i, raw := range list {
 		path := fmt.Sprintf("messages.%d", i)
 		mo, e := parseObject(raw, path, anthMessageField)
@@ -154,31 +160,36 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			fail(badRequest(path+".role", "%s.role: must be \"user\" or \"assistant\", not %q", path, role))
 			return
 		}
-		text, e := textContent(mo["content"], path+".content", anthPartExtra)
+		mm, e := anthropicMessage(mo["content"], path, role, callNames)
 		if e != nil {
 			fail(e)
 			return
 		}
-		msgs = append(msgs, template.Message{Role: role, Content: text})
+		msgs = append(msgs, mm...)
 	}
-	ids, e := s.chatPrompt(m, msgs)
+	ids, e := s.chatPrompt(m, msgs, tools.templateTools())
 	if e != nil {
 		fail(e)
 		return
 	}
 
 	ctx := r.Context()
-	sess, err := m.pool.acquire(ctx)
+	if err := checkRoom(m, len(ids), maxTokens); err != nil {
+		fail(asAPIError(err))
+		return
+	}
+	sess, release, err := s.sessionFor(r, &m) // a pool slot, or the X-Jitllm-Session's
 	if err != nil {
 		if ctx.Err() == nil {
 			fail(asAPIError(err))
 		}
 		return
 	}
-	defer m.pool.release(sess)
+	defer release()
 
 	msgID := newID("msg_")
 	spec := genSpec{tokens: ids, maxTokens: maxTokens, params: p, stops: stops}
+	tools.apply(&spec)
 	stopReason := func(out genOut) (string, any) {
 		switch {
 		case out.stopSeq != "":
@@ -197,9 +208,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reason, seq := stopReason(out)
+		content, reason := tools.anthropicContent(out, reason)
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": msgID, "type": "message", "role": "assistant", "model": m.id,
-			"content":     []any{map[string]any{"type": "text", "text": out.text}},
+			"content":     content,
 			"stop_reason": reason, "stop_sequence": seq,
 			"usage": map[string]any{"input_tokens": out.promptTokens, "output_tokens": out.completionTokens},
 		})
@@ -211,6 +223,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		"stop_reason": nil, "stop_sequence": nil,
 		"usage": map[string]any{"input_tokens": len(ids), "output_tokens": 0},
 	}})
+	if tools.parsing() {
+		s.streamAnthropicTools(ctx, ev, m, sess, spec, start, tools, stopReason)
+		return
+	}
 	ev.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 	ev.event("ping", map[string]any{"type": "ping"})
 	if ev.err != nil {

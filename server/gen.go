@@ -19,6 +19,9 @@ type genSpec struct {
 	stops       []string
 	logprobs    bool
 	topLogprobs int
+	fork        *fork                      // n > 1 choices: newFork(n)
+	constraint  func() generate.Constraint // structured output, forced tool calls (tools.go)
+	markers     map[int32]string           // control tokens shown as their text (tool-call markers)
 }
 
 // tokenLP is one generated token's log-probability and its alternatives.
@@ -59,95 +62,257 @@ func checkFit(m *model, n int) error {
 	return nil
 }
 
+// checkRoom refuses at once a request whose prompt and max_tokens cannot
+// fit the context (a slot holds at most the context's positions).
+func checkRoom(m *model, prompt, maxTokens int) error {
+	if err := checkFit(m, prompt); err != nil {
+		return err
+	}
+	if limit := m.pool.context(); maxTokens > 0 && prompt+maxTokens > limit {
+		return fmt.Errorf("%w: the prompt is %d tokens and max_tokens is %d, %d in all, and the context is %d tokens; lower max_tokens or shorten the prompt",
+			errContext, prompt, maxTokens, prompt+maxTokens, limit)
+	}
+	return nil
+}
+
+// errStopSeq ends a generation at a stop sequence.
+var errStopSeq = errors.New("stop sequence")
+
 // generate runs spec on sess, calling chunk with text as it becomes safe
 // to show (never text that a stop sequence could still claim) and, with
-// logprobs, the tokens that text completes.
+// logprobs, the tokens that text completes. With spec.fork (n choices),
+// the first call prefills once and decodes as many choices as there are
+// free slots together; the calls for the next choices return theirs.
 func (s *Server) generate(ctx context.Context, m *model, sess *generate.Session, spec genSpec, start time.Time, chunk func(text string, toks []tokenLP) error) (genOut, error) {
-	st := stopper{stops: spec.stops}
-	var lpBuf []float32
-	var idxBuf []int32
+	ctx, unbind := m.bind(ctx) // an unload cancels it after its grace period
+	defer unbind()
+	if out, err, ok := spec.fork.take(spec.params.Seed, chunk); ok {
+		return out, err
+	}
+	need := m.pool.context()
+	if spec.maxTokens > 0 {
+		need = min(need, len(spec.tokens)+spec.maxTokens)
+	}
+	m.pool.warm(sess, spec.tokens)
+	m.pool.fromHot(sess, spec.tokens)
+	m.pool.reserve(sess, need)
+	if f := spec.fork; f != nil && f.left > 1 {
+		if extra := m.pool.tryExtra(f.left-1, need); len(extra) > 0 {
+			return s.generateForked(ctx, m, append([]*generate.Session{sess}, extra...), spec, start, chunk)
+		}
+	}
+	if spec.fork != nil {
+		spec.fork.left--
+	}
+	g := s.newRun(m, spec, start, chunk)
+	res, err := sess.GenerateSteps(ctx, spec.request(), generate.StepOptions{GeneratedPenaltiesOnly: true}, g.step)
+	if res != nil {
+		m.pool.noteHot(sess, res.PromptTokens, res.Reused)
+	}
+	return g.finish(res, err)
+}
+
+// request is the runtime's form of spec.
+func (spec *genSpec) request() generate.Request {
+	return generate.Request{Tokens: spec.tokens, MaxTokens: spec.maxTokens, Sampling: spec.params, Constraint: spec.constraint}
+}
+
+// generateForked runs len(sessions) choices of spec from one prefill, the
+// first streamed through chunk, the others kept for the next calls.
+func (s *Server) generateForked(ctx context.Context, m *model, sessions []*generate.Session, spec genSpec, start time.Time, chunk func(text string, toks []tokenLP) error) (genOut, error) {
+	defer func() {
+		for _, x := range sessions[1:] {
+			m.pool.release(x)
+		}
+	}()
+	k := len(sessions)
+	seeds := make([]uint64, k)
+	runs := make([]*genRun, k)
+	kept := make([]*keptChoice, k)
+	for i := range sessions {
+		seeds[i] = spec.params.Seed + uint64(i) // the handlers' seed for choice i
+		c := chunk
+		if i > 0 {
+			kc := &keptChoice{seed: seeds[i]}
+			kept[i] = kc
+			c = func(text string, toks []tokenLP) error {
+				kc.chunks = append(kc.chunks, keptChunk{text, toks})
+				return nil
+			}
+		}
+		runs[i] = s.newRun(m, spec, start, c)
+	}
+	res, errs := generate.GenerateN(ctx, sessions, spec.request(), seeds, generate.StepOptions{GeneratedPenaltiesOnly: true},
+		func(i int, st generate.Step) error { return runs[i].step(st) })
+	if res[0] != nil {
+		m.pool.noteHot(sessions[0], res[0].PromptTokens, res[0].Reused)
+	}
+	outs := make([]genOut, k)
+	for i := range sessions {
+		outs[i], errs[i] = runs[i].finish(res[i], errs[i])
+		if i > 0 {
+			kept[i].out, kept[i].err = outs[i], errs[i]
+		}
+	}
+	spec.fork.left -= k
+	spec.fork.kept = kept[1:]
+	return outs[0], errs[0]
+}
+
+// fork carries a request's n choices between the handler's calls of
+// generate (one per choice, in order).
+type fork struct {
+	left int // choices not yet decoded
+	kept []*keptChoice
+}
+
+type keptChoice struct {
+	seed   uint64
+	chunks []keptChunk
+	out    genOut
+	err    error
+}
+
+type keptChunk struct {
+	text string
+	toks []tokenLP
+}
+
+// newFork is the fork state of a request of n choices (nil for one).
+func newFork(n int) *fork {
+	if n <= 1 {
+		return nil
+	}
+	return &fork{left: n}
+}
+
+// take replays the next kept choice if it was decoded with seed.
+func (f *fork) take(seed uint64, chunk func(string, []tokenLP) error) (genOut, error, bool) {
+	if f == nil {
+		return genOut{}, nil, false
+	}
+	if len(f.kept) == 0 || f.kept[0].seed != seed {
+		f.kept = nil // out of step with the handler: decode the rest anew
+		return genOut{}, nil, false
+	}
+	kc := f.kept[0]
+	f.kept = f.kept[1:]
+	for _, c := range kc.chunks {
+		if err := chunk(c.text, c.toks); err != nil {
+			return kc.out, err, true
+		}
+	}
+	return kc.out, kc.err, true
+}
+
+// genRun is one choice's stop-sequence, logprob and metrics state.
+type genRun struct {
+	s         *Server
+	m         *model
+	spec      genSpec
+	start     time.Time
+	chunk     func(text string, toks []tokenLP) error
+	st        stopper
+	lpBuf     []float32
+	idxBuf    []int32
+	out       genOut
+	text      strings.Builder
+	pending   []tokenLP // tokens whose text is not yet shown
+	shownToks []tokenLP
+	offset    int
+	last      time.Time
+}
+
+func (s *Server) newRun(m *model, spec genSpec, start time.Time, chunk func(text string, toks []tokenLP) error) *genRun {
+	g := &genRun{s: s, m: m, spec: spec, start: start, chunk: chunk, st: stopper{stops: spec.stops}}
 	if spec.logprobs {
-		lpBuf = make([]float32, m.m.Exec.VocabSize())
+		g.lpBuf = make([]float32, m.m.Exec.VocabSize())
 	}
-	var out genOut
-	var text strings.Builder
-	var pending []tokenLP // tokens whose text is not yet shown
-	var shownToks []tokenLP
-	offset := 0
-	last := time.Time{}
-	release := func(upto int, all bool) []tokenLP {
-		n := 0
-		for n < len(pending) && (all || pending[n].offset < upto && pending[n].offset+len(pending[n].text) <= upto) {
-			n++
-		}
-		r := pending[:n:n]
-		pending = pending[n:]
-		return r
+	return g
+}
+
+func (g *genRun) release(upto int, all bool) []tokenLP {
+	n := 0
+	for n < len(g.pending) && (all || g.pending[n].offset < upto && g.pending[n].offset+len(g.pending[n].text) <= upto) {
+		n++
 	}
-	emit := func(t string, toks []tokenLP) error {
-		text.WriteString(t)
-		if spec.logprobs {
-			shownToks = append(shownToks, toks...)
-		}
-		if t == "" && len(toks) == 0 {
-			return nil
-		}
-		return chunk(t, toks)
+	r := g.pending[:n:n]
+	g.pending = g.pending[n:]
+	return r
+}
+
+func (g *genRun) emit(t string, toks []tokenLP) error {
+	g.text.WriteString(t)
+	if g.spec.logprobs {
+		g.shownToks = append(g.shownToks, toks...)
 	}
-	errStop := errors.New("stop sequence")
-	res, err := sess.GenerateSteps(ctx, generate.Request{Tokens: spec.tokens, MaxTokens: spec.maxTokens, Sampling: spec.params},
-		generate.StepOptions{GeneratedPenaltiesOnly: true}, func(step generate.Step) error {
-			now := time.Now()
-			if step.Token >= 0 {
-				if last.IsZero() {
-					s.metrics.ttft.WithLabelValues(m.id).Observe(now.Sub(start).Seconds())
-				} else {
-					s.metrics.itl.WithLabelValues(m.id).Observe(now.Sub(last).Seconds())
-				}
-				last = now
-				if spec.logprobs {
-					pending = append(pending, s.logprob(m, step, spec.topLogprobs, lpBuf, &idxBuf, offset))
-				}
-			}
-			offset += len(step.Text)
-			show, stopped := st.add(step.Text)
-			if stopped {
-				// The stop sequence begins at st.shown.
-				toks := release(st.shown, false)
-				if spec.logprobs && len(pending) > 0 && pending[0].offset < st.shown {
-					toks = append(toks, pending[0]) // a token that straddles the cut
-				}
-				if err := emit(show, toks); err != nil {
-					return err
-				}
-				out.stopSeq = st.matched
-				return errStop
-			}
-			return emit(show, release(st.shown, false))
-		})
+	if t == "" && len(toks) == 0 {
+		return nil
+	}
+	return g.chunk(t, toks)
+}
+
+func (g *genRun) step(step generate.Step) error {
+	now := time.Now()
+	id := g.m.id
+	if step.Token >= 0 {
+		if g.last.IsZero() {
+			g.s.metrics.ttft.WithLabelValues(id).Observe(now.Sub(g.start).Seconds())
+		} else {
+			g.s.metrics.itl.WithLabelValues(id).Observe(now.Sub(g.last).Seconds())
+		}
+		g.last = now
+		if g.spec.logprobs {
+			g.pending = append(g.pending, g.s.logprob(g.m, step, g.spec.topLogprobs, g.lpBuf, &g.idxBuf, g.offset))
+		}
+	}
+	if t, ok := g.spec.markers[step.Token]; ok { // a tool-call marker decodes to no text
+		step.Text = t + step.Text
+	}
+	g.offset += len(step.Text)
+	show, stopped := g.st.add(step.Text)
+	if stopped {
+		// The stop sequence begins at st.shown.
+		toks := g.release(g.st.shown, false)
+		if g.spec.logprobs && len(g.pending) > 0 && g.pending[0].offset < g.st.shown {
+			toks = append(toks, g.pending[0]) // a token that straddles the cut
+		}
+		if err := g.emit(show, toks); err != nil {
+			return err
+		}
+		g.out.stopSeq = g.st.matched
+		return errStopSeq
+	}
+	return g.emit(show, g.release(g.st.shown, false))
+}
+
+// finish turns the generation's end into the choice's answer.
+func (g *genRun) finish(res *generate.Result, err error) (genOut, error) {
+	m, out := g.m, &g.out
 	if res != nil {
 		out.promptTokens = len(res.PromptTokens)
 		out.completionTokens = len(res.Tokens)
+		g.s.metrics.prefixReused.WithLabelValues(m.id).Add(float64(res.Reused))
 	}
 	switch {
-	case errors.Is(err, errStop):
+	case errors.Is(err, errStopSeq):
 		out.finish = "stop"
 	case err != nil:
-		return out, err
+		return *out, m.lifeErr(err)
 	default:
-		if err := emit(st.flush(), release(0, true)); err != nil {
-			return out, err
+		if err := g.emit(g.st.flush(), g.release(0, true)); err != nil {
+			return *out, err
 		}
 		out.finish = "stop"
 		if res.StopReason == "length" || res.StopReason == "context" {
 			out.finish = "length"
 		}
 	}
-	out.text = text.String()
-	out.tokens = shownToks
-	s.metrics.tokensIn.WithLabelValues(m.id).Add(float64(out.promptTokens))
-	s.metrics.tokensOut.WithLabelValues(m.id).Add(float64(out.completionTokens))
-	return out, nil
+	out.text = g.text.String()
+	out.tokens = g.shownToks
+	g.s.metrics.tokensIn.WithLabelValues(m.id).Add(float64(out.promptTokens))
+	g.s.metrics.tokensOut.WithLabelValues(m.id).Add(float64(out.completionTokens))
+	return *out, nil
 }
 
 // logprob computes a step's log-probabilities with LogSoftmax on the raw

@@ -132,8 +132,8 @@ func TestErrorShapes(t *testing.T) {
 	}{
 		{"/v1/chat/completions", `{"model":`, 400, "malformed JSON"},
 		{"/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, "nope"},
-		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x"}],"tools":[]}`, 400, `unsupported field "tools"`},
-		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, 400, `unsupported field "response_format"`},
+		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x"}],"tools":[]}`, 400, `tools: empty array`},
+		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}`, 400, `response_format.type must be`},
 		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x","name":"bob"}]}`, 400, `unsupported field "messages[0].name"`},
 		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"` + long + `"}]}`, 400, "context"},
 		{"/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"x"}],"temperature":3}`, 400, "temperature"},
@@ -164,7 +164,7 @@ func TestErrorShapes(t *testing.T) {
 		{`{`, 400, "invalid_request_error", "malformed JSON"},
 		{`{"model":"nope","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`, 404, "not_found_error", "nope"},
 		{`{"model":"stories","messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request_error", "max_tokens"},
-		{`{"model":"stories","max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[]}`, 400, "invalid_request_error", `unsupported field "tools"`},
+		{`{"model":"stories","max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"}]}`, 400, "invalid_request_error", `tools.0.input_schema: field required`},
 		{`{"model":"stories","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, 400, "invalid_request_error", "unsupported"},
 		{`{"model":"stories","max_tokens":5,"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "invalid_request_error", "context"},
 	}
@@ -299,7 +299,7 @@ func TestClientDisconnect(t *testing.T) {
 	m, _ := s.model("stories")
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/completions",
-		strings.NewReader(`{"model":"stories","prompt":"Once upon a time","max_tokens":100000,"stream":true,"temperature":1,"seed":3}`))
+		strings.NewReader(`{"model":"stories","prompt":"Once upon a time","max_tokens":2000,"stream":true,"temperature":1,"seed":3}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

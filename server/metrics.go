@@ -12,6 +12,12 @@ type metrics struct {
 	queue       *prometheus.GaugeVec
 	inUse       *prometheus.GaugeVec
 	sessionsMax *prometheus.GaugeVec
+
+	prefixReused *prometheus.CounterVec
+	kvCapacity   *prometheus.GaugeVec
+	kvReserved   *prometheus.GaugeVec
+	kvCached     *prometheus.GaugeVec
+	kvHot        *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -43,7 +49,23 @@ func newMetrics() *metrics {
 		sessionsMax: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jitllm_sessions_max", Help: "Most sessions a model may have (-max-sessions).",
 		}, []string{"model"}),
+		prefixReused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jitllm_prefix_tokens_reused_total", Help: "Prompt tokens whose KV was already cached (prefix reuse) instead of computed.",
+		}, []string{"model"}),
+		kvCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_kv_capacity_bytes", Help: "KV cache memory of the model's engine (every slot's context).",
+		}, []string{"model"}),
+		kvReserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_kv_reserved_bytes", Help: "KV memory reserved by requests in flight (prompt plus max_tokens each).",
+		}, []string{"model"}),
+		kvCached: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_kv_cached_bytes", Help: "KV memory held by idle slots' retained prompts (the prefix cache).",
+		}, []string{"model"}),
+		kvHot: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jitllm_kv_prefix_snapshot_bytes", Help: "Host memory of the hot-prefix snapshots (shared prompt prefixes kept beyond their slots).",
+		}, []string{"model"}),
 	}
+	m.reg.MustRegister(m.prefixReused, m.kvCapacity, m.kvReserved, m.kvCached, m.kvHot)
 	m.reg.MustRegister(m.requests, m.tokensIn, m.tokensOut, m.ttft, m.itl, m.queue, m.inUse, m.sessionsMax,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

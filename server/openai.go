@@ -21,11 +21,11 @@ import (
 var (
 	chatFields = set("model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
 		"presence_penalty", "frequency_penalty", "n", "stream", "stream_options", "stop", "logprobs", "top_logprobs",
-		"user", "top_k", "min_p", "repeat_penalty")
+		"user", "top_k", "min_p", "repeat_penalty", "tools", "tool_choice", "parallel_tool_calls", "response_format")
 	completionFields = set("model", "prompt", "max_tokens", "temperature", "top_p", "seed", "presence_penalty",
 		"frequency_penalty", "n", "stream", "stream_options", "stop", "logprobs", "echo", "best_of", "user",
 		"top_k", "min_p", "repeat_penalty")
-	chatMessageFields = set("role", "content")
+	chatMessageFields = set("role", "content", "tool_calls", "tool_call_id")
 )
 
 func newID(prefix string) string {
@@ -118,6 +118,7 @@ type common struct {
 	stops        []string
 	logprobs     bool
 	topLogprobs  int
+	tools        *toolSetup // tools, tool_choice, response_format (chat); nil = none
 }
 
 func (s *Server) parseCommon(obj map[string]json.RawMessage, c *common, maxTokenKeys ...string) *apiError {
@@ -249,6 +250,7 @@ func chatMessages(raw json.RawMessage) ([]template.Message, *apiError) {
 		return nil, badRequest("messages", "messages must be a non-empty array")
 	}
 	msgs := make([]template.Message, 0, len(list))
+	callNames := map[string]string{} // tool call id -> function name, for tool messages
 	for i, m := range list {
 		path := fmt.Sprintf("messages[%d]", i)
 		obj, e := parseObject(m, path, chatMessageFields)
@@ -260,10 +262,10 @@ func chatMessages(raw json.RawMessage) ([]template.Message, *apiError) {
 			return nil, e
 		}
 		switch role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			role = "system"
-		case "tool", "function":
+		case "function":
 			return nil, unsupported(path + ".role=" + role)
 		default:
 			return nil, badRequest(path+".role", "%s: unknown role %q", path, role)
@@ -272,15 +274,36 @@ func chatMessages(raw json.RawMessage) ([]template.Message, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		msgs = append(msgs, template.Message{Role: role, Content: text})
+		msg := template.Message{Role: role, Content: text}
+		if raw, ok := obj["tool_calls"]; ok && string(raw) != "null" {
+			if role != "assistant" {
+				return nil, badRequest(path+".tool_calls", "%s.tool_calls: only assistant messages carry tool calls", path)
+			}
+			if msg.Fields, e = assistantToolCalls(raw, path+".tool_calls", callNames); e != nil {
+				return nil, e
+			}
+		}
+		var callID string
+		if _, e := field(obj, "tool_call_id", &callID); e != nil {
+			return nil, e
+		}
+		switch {
+		case role == "tool" && callID == "":
+			return nil, badRequest(path+".tool_call_id", "%s.tool_call_id is required in a tool message", path)
+		case role == "tool":
+			msg.Fields = toolFields(callID, callNames[callID])
+		case callID != "":
+			return nil, badRequest(path+".tool_call_id", "%s.tool_call_id: only tool messages answer a call", path)
+		}
+		msgs = append(msgs, msg)
 	}
 	return msgs, nil
 }
 
 // chatPrompt renders msgs with the model's template (or the fallback) and
 // tokenizes the result.
-func (s *Server) chatPrompt(m *model, msgs []template.Message) ([]int32, *apiError) {
-	opt := template.ChatOptions{BOS: m.bos, EOS: m.eos, AddGenerationPrompt: true, Now: s.cfg.Now}
+func (s *Server) chatPrompt(m *model, msgs []template.Message, tools json.RawMessage) ([]int32, *apiError) {
+	opt := template.ChatOptions{BOS: m.bos, EOS: m.eos, AddGenerationPrompt: true, Now: s.cfg.Now, Tools: tools}
 	var text string
 	switch {
 	case m.tmplErr != nil:
@@ -291,7 +314,7 @@ func (s *Server) chatPrompt(m *model, msgs []template.Message) ([]int32, *apiErr
 			return nil, badRequest("messages", "rendering the chat template: %v", err)
 		}
 	default:
-		text = template.Fallback(msgs, opt)
+		text = template.Fallback(fallbackTools(msgs, tools), opt)
 	}
 	tok := m.m.Tok
 	// The template writes BOS itself when it wants one; add it only when
@@ -415,7 +438,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, e)
 		return
 	}
-	ids, e := s.chatPrompt(c.m, msgs)
+	if c.tools, e = parseOpenAITools(obj, c.m); e != nil {
+		writeOpenAIError(w, e)
+		return
+	}
+	ids, e := s.chatPrompt(c.m, msgs, c.tools.templateTools())
 	if e != nil {
 		writeOpenAIError(w, e)
 		return
@@ -521,7 +548,11 @@ func (s *Server) completionPrompt(m *model, raw json.RawMessage) ([]int32, *apiE
 // (chat or legacy completion shape, streamed or not).
 func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, c *common, ids []int32, chat bool, start time.Time) {
 	ctx := r.Context()
-	sess, err := c.m.pool.acquire(ctx)
+	if err := checkRoom(c.m, len(ids), c.maxTokens); err != nil {
+		writeOpenAIError(w, asAPIError(err))
+		return
+	}
+	sess, release, err := s.sessionFor(r, &c.m) // a pool slot, or the X-Jitllm-Session's
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the client went away while queued
@@ -529,14 +560,15 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, c *common, 
 		writeOpenAIError(w, asAPIError(err))
 		return
 	}
-	defer c.m.pool.release(sess)
+	defer release()
 
 	id, created := newID("cmpl-"), time.Now().Unix()
 	object := "text_completion"
 	if chat {
 		id, object = newID("chatcmpl-"), "chat.completion"
 	}
-	spec := genSpec{tokens: ids, maxTokens: c.maxTokens, params: c.params, stops: c.stops, logprobs: c.logprobs, topLogprobs: c.topLogprobs}
+	spec := genSpec{tokens: ids, maxTokens: c.maxTokens, params: c.params, stops: c.stops, logprobs: c.logprobs, topLogprobs: c.topLogprobs, fork: newFork(c.n)}
+	c.tools.apply(&spec)
 	total := usage{}
 
 	if !c.stream {
@@ -557,6 +589,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, c *common, 
 				if c.logprobs {
 					ch["logprobs"] = chatLogprobs(out.tokens, c.topLogprobs)
 				}
+				c.tools.message(ch, out)
 				choices = append(choices, ch)
 			} else {
 				ch := map[string]any{"index": i, "text": out.text, "logprobs": nil, "finish_reason": out.finish}
@@ -591,7 +624,11 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, c *common, 
 				return
 			}
 		}
+		ts := c.tools.stream(i)
 		out, err := s.generate(ctx, c.m, sess, spec, start, func(text string, toks []tokenLP) error {
+			if ts != nil {
+				return ts.feed(text, chunk)
+			}
 			ch := map[string]any{"index": i, "logprobs": nil, "finish_reason": nil}
 			if chat {
 				ch["delta"] = map[string]any{"content": text}
@@ -616,6 +653,11 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, c *common, 
 		total.PromptTokens = out.promptTokens
 		total.CompletionTokens += out.completionTokens
 		ch := map[string]any{"index": i, "logprobs": nil, "finish_reason": out.finish}
+		if ts != nil {
+			if ch["finish_reason"], err = ts.close(out.finish, chunk); err != nil {
+				return
+			}
+		}
 		if chat {
 			ch["delta"] = map[string]any{}
 		} else {

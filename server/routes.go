@@ -24,8 +24,9 @@ var routes = []route{
 	{"GET", "/v1/models", "models", func(s *Server) http.HandlerFunc { return s.handleModels }, nil, nil},
 	{"GET", "/v1/models/{id...}", "models", func(s *Server) http.HandlerFunc { return s.handleModel }, nil, nil},
 	{"POST", "/v1/completions", "completions", func(s *Server) http.HandlerFunc { return s.handleCompletions }, completionFields, append([]string{"suffix"}, openAIRefused...)},
-	{"POST", "/v1/chat/completions", "chat_completions", func(s *Server) http.HandlerFunc { return s.handleChat }, chatFields, openAIRefused},
-	{"POST", "/v1/messages", "messages", func(s *Server) http.HandlerFunc { return s.handleMessages }, messagesFields, []string{"tools", "tool_choice", "thinking"}},
+	{"POST", "/v1/chat/completions", "chat_completions", func(s *Server) http.HandlerFunc { return s.handleChat }, chatFields, []string{"functions", "function_call", "logit_bias"}},
+	{"POST", "/v1/embeddings", "embeddings", func(s *Server) http.HandlerFunc { return s.handleEmbeddings }, embeddingFields, nil},
+	{"POST", "/v1/messages", "messages", func(s *Server) http.HandlerFunc { return s.handleMessages }, messagesFields, []string{"thinking"}},
 	{"GET", "/v1/capabilities", "capabilities", func(*Server) http.HandlerFunc { return serveCapabilities }, nil, nil},
 }
 

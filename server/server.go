@@ -13,13 +13,14 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/generate"
+	"github.com/jitllm/jitllm/runtime/grammar"
 	"github.com/jitllm/jitllm/runtime/template"
 )
 
@@ -30,6 +31,8 @@ type Config struct {
 	MaxSessions int           // sessions per model (concurrent requests); 0 = 1
 	MaxQueue    int           // requests waiting for a session per model; 0 = 64
 	QueueWait   time.Duration // longest wait for a session; 0 = 30s
+	Devices     string        // where models run: cpu, cuda, cuda:0, auto; "" = cpu
+	LoadDirs    []string      // the control plane loads model files only from under these
 	Logger      *slog.Logger  // nil = slog.Default()
 	Now         func() time.Time
 }
@@ -43,6 +46,7 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 	log     *slog.Logger
+	named   sessionTable // named sessions (sessions.go)
 }
 
 type model struct {
@@ -54,6 +58,21 @@ type model struct {
 	created int64
 	bos     string
 	eos     string
+
+	// The control plane's hold on the entry (registry.go): life ends when
+	// the entry is unloaded or re-placed (after the grace period), which
+	// cancels the generations running on it; next is the entry that
+	// replaced it.
+	life    context.Context
+	end     context.CancelFunc
+	running atomic.Int32
+	next    atomic.Pointer[model]
+	prev    <-chan struct{} // closed when the entry this one replaced has drained
+	kvTok   int64           // KV bytes per cached position of one sequence
+	mem     MemoryInfo
+
+	vocabOnce sync.Once // the masking trie of constrained decoding (tools.go), built on first need
+	vocab     *grammar.Vocab
 }
 
 // New returns a server with no models.
@@ -96,16 +115,23 @@ func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 // AddModel serves m under id. The server owns m from now on and closes it
 // in Close.
 func (s *Server) AddModel(id string, m *generate.Model) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.models[id]; ok {
-		return fmt.Errorf("server: model id %q is already loaded", id)
+	device, err := s.resolveDevice("")
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
-	e := &model{id: id, m: m, created: s.cfg.Now().Unix()}
+	if err := s.addModel(id, m, device, 0); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+// setup reads the model's chat template and special tokens.
+func (e *model) setup(s *Server) {
+	m := e.m
 	if src, ok := m.Src.Meta().String("tokenizer.chat_template"); ok && src != "" {
 		e.tmpl, e.tmplErr = template.Compile(src)
 		if e.tmplErr != nil {
-			s.log.Warn("chat template does not compile; chat requests will fail", "model", id, "err", e.tmplErr)
+			s.log.Warn("chat template does not compile; chat requests will fail", "model", e.id, "err", e.tmplErr)
 		}
 	}
 	if b := m.Tok.BOS(); b >= 0 {
@@ -114,9 +140,6 @@ func (s *Server) AddModel(id string, m *generate.Model) error {
 	if t := m.Tok.EOS(); t >= 0 {
 		e.eos = m.Tok.Token(t)
 	}
-	e.pool = newPool(id, m, exec.Options{Threads: s.cfg.Threads, Context: s.cfg.Context}, s.cfg.MaxSessions, s.cfg.MaxQueue, s.cfg.QueueWait, s.metrics)
-	s.models[id] = e
-	return nil
 }
 
 // Models lists the served ids, sorted.
@@ -147,6 +170,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, m := range models {
+		s.dropSessions(m)
 		if err := m.pool.close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.id, err))
 		}

@@ -1,7 +1,7 @@
 // Command jitllmd is the server: it loads models and serves them over an
 // OpenAI- and Anthropic-compatible HTTP API (docs/server.md).
 //
-//	jitllmd serve -addr localhost:4242 -models DIR -load F.gguf -id NAME -threads N
+//	jitllmd serve -addr localhost:4242 -models DIR -load F.gguf -id NAME -threads N -devices cpu|cuda|auto
 package main
 
 import (
@@ -24,8 +24,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/jitllm/jitllm/runtime/devices"
 	"github.com/jitllm/jitllm/runtime/generate"
 	"github.com/jitllm/jitllm/server"
+	"github.com/jitllm/jitllm/server/control"
 )
 
 var version = "dev"
@@ -79,6 +81,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a session per model (more: 429)")
 	queueWait := fs.Duration("queue-wait", 30*time.Second, "longest wait for a session (then 503)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
+	devs := fs.String("devices", "cpu", "where models run: "+devices.Names+" (cuda: one GPU session per -max-sessions slot)")
+	ctl := fs.Bool("control", true, "serve the control plane (Connect API: models, devices, sessions) on the same address")
+	var loadDirs list
+	fs.Var(&loadDirs, "load-dir", "the control plane may load model files from under this directory (repeatable; -models DIR and the directories of -load files are included)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -114,12 +120,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		specs = append(specs, spec{id, p})
 	}
-	if len(specs) == 0 {
-		return errors.New("serve: no models: give -models DIR or -load FILE")
+	if len(specs) == 0 && (!*ctl || len(loadDirs) == 0) {
+		return errors.New("serve: no models: give -models DIR or -load FILE (or -load-dir DIR to load them through the control plane)")
+	}
+	if _, err := devices.Resolve(*devs); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if *dir != "" {
+		loadDirs = append(loadDirs, *dir)
+	}
+	for _, p := range loads {
+		loadDirs = append(loadDirs, filepath.Dir(p))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	srv := server.New(server.Config{Threads: *threads, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait, Logger: log})
+	srv := server.New(server.Config{Threads: *threads, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait,
+		Devices: *devs, LoadDirs: loadDirs, Logger: log})
 	defer srv.Close(context.Background())
+	if *ctl {
+		control.Register(srv)
+	}
 	for _, sp := range specs {
 		m, err := generate.Open(sp.path)
 		if err != nil {
@@ -129,7 +148,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			m.Close()
 			return err
 		}
-		log.Info("loaded", "id", sp.id, "path", sp.path)
+		log.Info("loaded", "id", sp.id, "path", sp.path, "devices", *devs)
 	}
 
 	ln, err := net.Listen("tcp", *addr)

@@ -21,6 +21,8 @@ type Engine struct {
 	quit   chan struct{}
 	done   chan struct{}
 	active atomic.Int32 // sessions in the middle of a generation
+	steps  atomic.Int64 // batches run
+	rows   atomic.Int64 // rows fed, over all batches
 
 	mu    sync.Mutex // guards r between the loop and Truncate/Pos
 	slots []*slot
@@ -38,6 +40,10 @@ type slot struct {
 	logits []float32
 	err    error
 	ready  chan struct{}
+	st     seqState
+
+	hsum  []float64 // when set, the step adds this slot's rows of the final hidden state here
+	hrows [2]int    // this step: first row and count in the rows that need no logits
 }
 
 // NewEngine plans m for sessions sequences sharing one runner; opt.MaxBatch
@@ -62,7 +68,9 @@ func (m *Model) NewEngine(opt exec.Options, sessions int) (*Engine, error) {
 }
 
 // Session returns session i (0 ≤ i < sessions) of the engine.
-func (e *Engine) Session(m *Model, i int) *Session { return &Session{m: m, r: e.slots[i]} }
+func (e *Engine) Session(m *Model, i int) *Session {
+	return &Session{m: m, r: e.slots[i], st: &e.slots[i].st}
+}
 
 // Close stops the engine; sessions must be idle.
 func (e *Engine) Close() {
@@ -119,6 +127,7 @@ func (e *Engine) step(waiting []*slot) []*slot {
 			n-- // its last row goes to the logits section
 			logits++
 		}
+		s.hrows = [2]int{len(b.Tokens), n}
 		b.Tokens = append(b.Tokens, s.tokens[:n]...)
 		for i := 0; i < n; i++ {
 			b.Seq = append(b.Seq, s.seq)
@@ -134,9 +143,19 @@ func (e *Engine) step(waiting []*slot) []*slot {
 		}
 	}
 	b.Logits = logits
+	b.Hidden = false
+	for _, s := range e.order {
+		b.Hidden = b.Hidden || s.hsum != nil
+	}
 	e.mu.Lock()
 	out, err := e.r.ForwardBatch(*b)
+	var herr error // fails only the slots that pool the hidden state
+	if err == nil {
+		herr = e.poolHidden(len(b.Tokens) - logits)
+	}
 	e.mu.Unlock()
+	e.steps.Add(1)
+	e.rows.Add(int64(len(b.Tokens)))
 	next := waiting[:0]
 	for _, s := range waiting {
 		switch {
@@ -145,6 +164,8 @@ func (e *Engine) step(waiting []*slot) []*slot {
 			continue
 		case err != nil:
 			s.err, s.tokens = err, nil
+		case herr != nil && s.hsum != nil:
+			s.err, s.tokens = herr, nil
 		case s.take == len(s.tokens):
 			copy(s.logits, out[s.out*e.vocab:(s.out+1)*e.vocab])
 			s.tokens = nil
@@ -209,3 +230,58 @@ func (s *slot) end() {
 
 // Close does nothing: the engine owns the runner.
 func (s *slot) Close() {}
+
+// poolHidden adds each collecting slot's rows of the step's final hidden
+// state to its sum; logits0 is the first row of the logits section.
+func (e *Engine) poolHidden(logits0 int) error {
+	var h []float32
+	var w int
+	for _, s := range e.order {
+		if s.hsum == nil {
+			continue
+		}
+		if h == nil {
+			var err error
+			if h, w, err = e.r.Hidden(); err != nil {
+				return err
+			}
+		}
+		if len(s.hsum) != w {
+			return fmt.Errorf("pooling a hidden state of width %d into %d values", w, len(s.hsum))
+		}
+		add := func(row int) {
+			for j, v := range h[row*w : (row+1)*w] {
+				s.hsum[j] += float64(v)
+			}
+		}
+		for i := 0; i < s.hrows[1]; i++ {
+			add(s.hrows[0] + i)
+		}
+		if s.take == len(s.tokens) {
+			add(logits0 + s.out)
+		}
+	}
+	return nil
+}
+
+// EngineStats counts an engine's work.
+type EngineStats struct {
+	Steps int64 // batches run
+	Rows  int64 // rows fed (prompt tokens computed plus decode tokens)
+}
+
+// Stats reports the engine's work so far.
+func (e *Engine) Stats() EngineStats { return EngineStats{Steps: e.steps.Load(), Rows: e.rows.Load()} }
+
+// Sessions is the number of slots.
+func (e *Engine) Sessions() int { return len(e.slots) }
+
+// Context is each slot's KV capacity in positions.
+func (e *Engine) Context() int { return e.r.Context() }
+
+// KVLayout is what one cached position holds; its BytesPerToken prices a
+// request's KV.
+func (e *Engine) KVLayout() exec.KVLayout { return e.r.KVLayout() }
+
+// KVBytes is the KV memory the engine holds (every slot's full context).
+func (e *Engine) KVBytes() int64 { return e.r.KVBytes() }

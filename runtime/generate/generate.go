@@ -68,13 +68,18 @@ type Request struct {
 	ParseSpecial bool // match special-token text in the prompt
 	IgnoreEOS    bool
 	Truncate     bool // drop the prompt's oldest tokens when it exceeds the context
+	// Constraint, when set, makes the constraint of each generation (one
+	// per choice when forked): applied before every sample (constraint.go).
+	Constraint func() Constraint
 }
 
 // Result says what a generation did.
 type Result struct {
 	PromptTokens []int32
 	Tokens       []int32
-	StopReason   string // "eos", "length", "context"
+	StopReason   string // "eos", "length", "context", "constraint" (Request.Constraint is complete)
+	Reused       int    // prompt tokens whose KV the session already held (prefix cache)
+	Prefilled    int    // prompt tokens computed (0 for a choice forked from another's prefill)
 	Prefill      time.Duration
 	Decode       time.Duration
 }
@@ -84,8 +89,15 @@ type Result struct {
 // where its steps are batched with other sessions'. Reuse one for several
 // requests; one request at a time.
 type Session struct {
-	m *Model
-	r stepper
+	m  *Model
+	r  stepper
+	st *seqState // for an engine session, its slot's
+}
+
+// seqState is what a sequence's KV cache holds: hist[i] is the token at
+// position i (len(hist) == the runner's position whenever no step runs).
+type seqState struct {
+	hist []int32
 }
 
 // batched is a stepper that batches its steps with other sessions'.
@@ -109,7 +121,7 @@ func (m *Model) NewSession(opt exec.Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{m: m, r: r}, nil
+	return &Session{m: m, r: r, st: &seqState{}}, nil
 }
 
 // NewSessionOn plans the model for one sequence on the device a -devices
@@ -119,7 +131,7 @@ func (m *Model) NewSessionOn(device string, opt exec.Options) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Session{m: m, r: r}, nil
+	return &Session{m: m, r: r, st: &seqState{}}, nil
 }
 
 // Close stops the session's workers.
@@ -128,8 +140,12 @@ func (s *Session) Close() { s.r.Close() }
 // ErrContext is returned for prompts that do not fit the context.
 var ErrContext = errors.New("prompt does not fit the context")
 
-// Generate runs req from an empty cache, calling emit with each piece of
-// text as soon as it is complete UTF-8. emit returning an error stops it.
+// Generate runs req, calling emit with each piece of text as soon as it is
+// complete UTF-8. emit returning an error stops it. The prompt's longest
+// prefix that the session's cache already holds is not computed again:
+// those KV rows are the numbers a prefill computes (bit for bit when they
+// came from a prefill; positions that were decoded one row a step differ
+// by the rounding that separates llama.cpp's one-row and batch kernels).
 func (s *Session) Generate(ctx context.Context, req Request, emit func(string) error) (*Result, error) {
 	return s.GenerateSteps(ctx, req, StepOptions{}, func(st Step) error {
 		if st.Text == "" {
@@ -163,17 +179,40 @@ type StepOptions struct {
 // GenerateSteps is Generate reporting every step: the chosen token, the
 // logits it was drawn from and the text it completed. An end-of-generation
 // token that stops the generation is not reported. step returning an error
-// stops it, and that error is returned.
+// stops it, and that error is returned. The session keeps the KV of what it
+// ran: the next request reuses the longest prefix it shares with it.
 func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOptions, step func(Step) error) (*Result, error) {
 	if b, ok := s.r.(batched); ok { // tell a batching engine whom to wait for
 		b.begin()
 		defer b.end()
 	}
-	tok := s.m.Tok
+	ids, err := s.promptIDs(req)
+	if err != nil {
+		return nil, err
+	}
+	sm, err := s.newSampler(req.Sampling, ids, opt)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{PromptTokens: ids}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	logits, err := s.prefill(ids, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Prefill = time.Since(start)
+	return s.decode(ctx, req, sm, logits, res, step)
+}
+
+// promptIDs tokenizes req and checks it against the context.
+func (s *Session) promptIDs(req Request) ([]int32, error) {
 	ids := req.Tokens
 	if ids == nil {
 		var err error
-		ids, err = tok.Encode(req.Prompt, !req.NoSpecial, req.ParseSpecial)
+		ids, err = s.m.Tok.Encode(req.Prompt, !req.NoSpecial, req.ParseSpecial)
 		if err != nil {
 			return nil, err
 		}
@@ -188,17 +227,12 @@ func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOption
 		}
 		ids = ids[len(ids)-limit/2:]
 	}
-	sm, err := sample.New(req.Sampling, s.m.Exec.VocabSize())
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{PromptTokens: ids}
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	s.r.Truncate(0)
-	start := time.Now()
-	logits, err := s.r.Forward(ids)
+	return ids, nil
+}
+
+// newSampler makes the sampler of one generation of prompt ids.
+func (s *Session) newSampler(p sample.Params, ids []int32, opt StepOptions) (*sample.Sampler, error) {
+	sm, err := sample.New(p, s.m.Exec.VocabSize())
 	if err != nil {
 		return nil, err
 	}
@@ -207,16 +241,50 @@ func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOption
 			sm.Accept(t)
 		}
 	}
-	res.Prefill = time.Since(start)
-	start = time.Now()
+	return sm, nil
+}
+
+// prefill brings the cache to ids and returns the last one's logits,
+// keeping the longest prefix of ids the cache already holds (at least the
+// last token is fed again: its logits are not kept).
+func (s *Session) prefill(ids []int32, res *Result) ([]float32, error) {
+	if s.r.Pos() != len(s.st.hist) { // the runner moved without the session: trust nothing
+		s.st.hist = s.st.hist[:0]
+		s.r.Truncate(0)
+	}
+	keep := commonPrefix(s.st.hist, ids)
+	if keep == len(ids) {
+		keep--
+	}
+	s.truncate(keep)
+	logits, err := s.r.Forward(ids[keep:])
+	if err != nil {
+		s.truncate(0) // a failed multi-chunk prefill leaves positions it did not record
+		return nil, err
+	}
+	s.st.hist = append(s.st.hist, ids[keep:]...)
+	res.Reused, res.Prefilled = keep, len(ids)-keep
+	return logits, nil
+}
+
+// decode samples from logits on and feeds each token back until a stop.
+func (s *Session) decode(ctx context.Context, req Request, sm *sample.Sampler, logits []float32, res *Result, step func(Step) error) (*Result, error) {
+	tok := s.m.Tok
+	limit := s.r.Context()
+	start := time.Now()
 	stream := tok.NewContinuation()
 	defer func() { res.Decode = time.Since(start) }()
 	var one [1]int32
+	var err error
+	con := newConstrained(req, len(logits))
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		next := sm.Sample(logits)
+		next, cerr := con.sample(sm, logits)
+		if cerr != nil {
+			return res, cerr
+		}
 		if tok.IsEOG(next) && !req.IgnoreEOS {
 			res.StopReason = "eos"
 			break
@@ -225,6 +293,10 @@ func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOption
 		sm.Accept(next)
 		if err := step(Step{Token: next, Logits: logits, Text: stream.Add(next)}); err != nil {
 			return res, err
+		}
+		if con.done() {
+			res.StopReason = "constraint"
+			break
 		}
 		if req.MaxTokens > 0 && len(res.Tokens) >= req.MaxTokens {
 			res.StopReason = "length"
@@ -236,8 +308,10 @@ func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOption
 		}
 		one[0] = next
 		if logits, err = s.r.Forward(one[:]); err != nil {
+			s.truncate(0)
 			return res, err
 		}
+		s.st.hist = append(s.st.hist, next)
 	}
 	if text := stream.Flush(); text != "" {
 		if err := step(Step{Token: -1, Text: text}); err != nil {
@@ -246,6 +320,29 @@ func (s *Session) GenerateSteps(ctx context.Context, req Request, opt StepOption
 	}
 	return res, nil
 }
+
+// truncate forgets the cache from position n on.
+func (s *Session) truncate(n int) {
+	s.r.Truncate(n)
+	if n < len(s.st.hist) {
+		s.st.hist = s.st.hist[:n]
+	}
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// Cached returns the tokens whose KV the session holds, position by
+// position (a copy).
+func (s *Session) Cached() []int32 { return append([]int32(nil), s.st.hist...) }
 
 // Model returns the model the session runs.
 func (s *Session) Model() *Model { return s.m }

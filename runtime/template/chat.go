@@ -12,6 +12,9 @@ import (
 type Message struct {
 	Role    string
 	Content string
+	// Fields are more keys of the message's dict, a JSON object (order
+	// kept): tool_calls on an assistant turn, tool_call_id on a tool one.
+	Fields []byte
 }
 
 // ChatOptions are the variables besides messages that chat templates read.
@@ -19,15 +22,25 @@ type ChatOptions struct {
 	BOS, EOS            string // bos_token and eos_token
 	AddGenerationPrompt bool
 	Now                 func() time.Time // strftime_now's clock; nil = time.Now
+	Tools               []byte           // the tools variable, a JSON array; nil = undefined
 }
 
-// Chat renders messages (passed as ordered dicts {role, content}).
+// Chat renders messages (passed as ordered dicts {role, content, Fields...}).
 func (t *Template) Chat(msgs []Message, o ChatOptions) (string, error) {
 	list := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
 		d := jinja.NewDict()
 		d.AsDict().Set("role", jinja.NewString(m.Role))
 		d.AsDict().Set("content", jinja.NewString(m.Content))
+		if len(m.Fields) > 0 {
+			v, err := ParseJSON(m.Fields)
+			if err != nil || !v.IsDict() {
+				return "", fmt.Errorf("template: message %d: fields must be a JSON object (%v)", i, err)
+			}
+			for _, k := range v.AsDict().Keys {
+				d.AsDict().Set(k, v.AsDict().Data[k])
+			}
+		}
 		list[i] = d
 	}
 	data := map[string]jinja.Value{
@@ -35,6 +48,13 @@ func (t *Template) Chat(msgs []Message, o ChatOptions) (string, error) {
 		"add_generation_prompt": jinja.NewBool(o.AddGenerationPrompt),
 		"bos_token":             jinja.NewString(o.BOS),
 		"eos_token":             jinja.NewString(o.EOS),
+	}
+	if len(o.Tools) > 0 {
+		v, err := ParseJSON(o.Tools)
+		if err != nil {
+			return "", fmt.Errorf("template: tools: %v", err)
+		}
+		data["tools"] = v
 	}
 	if o.Now != nil {
 		data["strftime_now"] = strftimeNow(o.Now)

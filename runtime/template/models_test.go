@@ -16,10 +16,10 @@ func TestModelTemplates(t *testing.T) {
 		t.Fatal("no templates", err)
 	}
 	msgs := []Message{
-		{"system", "You are helpful."},
-		{"user", "Hello there"},
-		{"assistant", "Hi! How can I help?"},
-		{"user", "Tell me a story"},
+		{Role: "system", Content: "You are helpful."},
+		{Role: "user", Content: "Hello there"},
+		{Role: "assistant", Content: "Hi! How can I help?"},
+		{Role: "user", Content: "Tell me a story"},
 	}
 	ok := 0
 	for _, f := range files {
