@@ -26,6 +26,16 @@ type Dot func(n int, w, x []byte) float32
 // Every element equals what the kernel's Dot returns for that pair, bit for bit.
 type Tile func(n int, w []byte, wstride int, x []byte, xstride int, out []float32, ostride int)
 
+// Rows is the decode form of a Dot: one activation row x against n weight
+// rows wstride bytes apart, in one call,
+//
+//	out[j] = dot(k, w[j*wstride:], x)  for j < len(out)
+//
+// each element what the kernel's Dot returns for that pair, bit for bit.
+// One call per decode task, so the dispatch and bounds checks are paid once
+// per block of rows rather than per row.
+type Rows func(k int, w []byte, wstride int, x []byte, out []float32)
+
 // Kernel is one native implementation of a dot-product order.
 type Kernel struct {
 	Order string     // the kernels/cpugen function whose results it reproduces bit for bit, e.g. "DotQ8_0AVX2"
@@ -36,6 +46,7 @@ type Kernel struct {
 	Tile  Tile // optional
 	TileW int
 	TileX int
+	Rows  Rows // optional: used for a single activation row
 }
 
 // Quantizer quantizes one activation row to a partner type exactly as
@@ -111,4 +122,48 @@ func Orders() []string {
 	}
 	sort.Strings(o)
 	return o
+}
+
+// Attention is a native version of the inner loops of runtime/exec's f16
+// attention (ggml's CPU flash attention with an f16 KV cache), bit for bit.
+type Attention struct {
+	ISA  string
+	Rank int
+	// Dot sets out[r], for r < len(out), to the dot of q (f16 values held
+	// as float32, a multiple of 64 of them) with the f16 key row
+	// k[r*stride:], in ggml_vec_dot_f16's AVX-512 order: 64 lanes of FMAs,
+	// halved pairwise (cpugen.AttentionSeq's dot0..dot63, before its
+	// float64 tail).
+	Dot func(q []float32, k []uint16, stride int, out []float32)
+	// Accum runs, for r < len(vs), acc = f16(acc*ms[r]) where ms[r] != 1,
+	// then acc = f16(fma(v[r*stride+d], vs[r], acc)) for every d < len(acc)
+	// (a multiple of 8), rounding to nearest even (quant.F32ToF16).
+	Accum func(acc []float32, v []uint16, stride int, vs, ms []float32)
+}
+
+var attns []Attention
+
+// RegisterAttention adds an attention kernel (from init, when supported).
+func RegisterAttention(a Attention) {
+	mu.Lock()
+	defer mu.Unlock()
+	attns = append(attns, a)
+	sort.SliceStable(attns, func(i, j int) bool { return attns[i].Rank > attns[j].Rank })
+}
+
+// LookupAttention returns the preferred native attention kernel.
+func LookupAttention() (Attention, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	if len(attns) == 0 {
+		return Attention{}, false
+	}
+	return attns[0], true
+}
+
+// AllAttention returns every registered attention kernel, preferred first.
+func AllAttention() []Attention {
+	mu.RLock()
+	defer mu.RUnlock()
+	return append([]Attention(nil), attns...)
 }

@@ -103,6 +103,7 @@ func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
 	layer := n.Layer
 	tab := f16tab()
 	inline := hd <= maxHeadDim && group*hd <= maxGroupVals
+	nk, native := nativeAttention(hd) // attendGroup's loops in assembly, same bits
 	// Tasks are (row, KV head) pairs when inlined, (row, head) pairs else.
 	task := func(lo, hi int) {
 		kv := &r.kv[layer]
@@ -112,9 +113,18 @@ func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
 			return
 		}
 		gv := group * hd
+		var sc *attnScratch
+		if native {
+			sc = attnScratchPool.Get().(*attnScratch)
+			defer attnScratchPool.Put(sc)
+		}
 		for t := lo; t < hi; t++ {
 			row := t / p.KVHeads
 			off := int(r.rowSeq[row])*r.opt.Context*kvDim + t%p.KVHeads*hd
+			if native {
+				attendGroupNative(&nk, sc, tab, q[t*gv:(t+1)*gv], kv.k, kv.v, y[t*gv:(t+1)*gv], group, int(r.rowPos[row]), off, kvDim, p.Scale)
+				continue
+			}
 			attendGroup(tab, q[t*gv:(t+1)*gv], kv.k, kv.v, y[t*gv:(t+1)*gv], group, int(r.rowPos[row]), off, kvDim, p.Scale)
 		}
 	}

@@ -2,9 +2,11 @@ package exec
 
 // The native kernels register themselves into kernels/cpukern at init, for
 // the instruction sets this CPU has; the matmul looks them up by order and
-// falls back to kernels/cpugen where none is registered. Both packages
-// build on every GOARCH (with nothing to register off amd64).
+// falls back to kernels/cpugen where none is registered, the attention its
+// two inner loops (else its Go ones). The packages build on every GOARCH
+// (with nothing to register off amd64).
 import (
+	_ "github.com/jitllm/jitllm/kernels/amd64/attn"
 	_ "github.com/jitllm/jitllm/kernels/amd64/kquant"
 	_ "github.com/jitllm/jitllm/kernels/amd64/legacy"
 )

@@ -1,0 +1,110 @@
+package exec
+
+import (
+	"math"
+	"sync"
+
+	"github.com/jitllm/jitllm/kernels/cpukern"
+)
+
+// attnBlock is how many cache positions attendGroupNative takes per kernel
+// call: their keys and values (64·hd f16 each) stay in L1 for the group's
+// heads.
+const attnBlock = 64
+
+// attnScratch is attendGroupNative's working memory. It lives on the heap
+// (a sync.Pool) because the native loops are func values, through which
+// escape analysis cannot see: stack arrays passed to them would be moved to
+// the heap on every call.
+type attnScratch struct {
+	qs, accs       [maxGroupVals]float32
+	ms, ss         [maxGroupVals / 8]float32
+	dots, vs, mscs [attnBlock]float32
+}
+
+var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
+
+// nativeAttention returns the registered native attention loops when they
+// fit heads of hd values (Accum takes multiples of 8).
+func nativeAttention(hd int) (cpukern.Attention, bool) {
+	nk, ok := cpukern.LookupAttention()
+	return nk, ok && hd%8 == 0 && nk.Dot != nil && nk.Accum != nil
+}
+
+// AttentionISA names what runs the attention's inner loops for heads of
+// hd values on this CPU: the native build's instruction set, or "go".
+func AttentionISA(hd int) string {
+	if nk, ok := nativeAttention(hd); ok {
+		return nk.ISA
+	}
+	return "go"
+}
+
+// attendGroupNative is attendGroup with its two inner loops native: per
+// block of positions and head, nk.Dot computes the dots' 64-lane parts, the
+// Go code below adds the tail and runs the online softmax in attendGroup's
+// arithmetic, and nk.Accum applies the block's rescales and value steps in
+// order. Each head's state evolves position by position as in attendGroup,
+// so the results are the same bits (attention_test.go checks it).
+func attendGroupNative(nk *cpukern.Attention, sc *attnScratch, tab *[1 << 16]float32, q []float32, kc, vc []uint16, y []float32, g, pos, off, kvDim int, scale float32) {
+	hd := len(q) / g
+	qh, acc := sc.qs[:g*hd], sc.accs[:g*hd]
+	ms, ss := sc.ms[:g], sc.ss[:g]
+	for d, x := range q {
+		qh[d] = tab[f32tof16(x)]
+		acc[d] = 0
+	}
+	for h := range g {
+		ms[h], ss[h] = float32(math.Inf(-1)), 0
+	}
+	main := hd / 64 * 64
+	for j0 := 0; j0 <= pos; j0 += attnBlock {
+		n := min(attnBlock, pos+1-j0)
+		kb := j0*kvDim + off
+		dots, vss, mscs := sc.dots[:n], sc.vs[:n], sc.mscs[:n]
+		for h := range g {
+			qq := qh[h*hd : (h+1)*hd]
+			nk.Dot(qq[:main], kc[kb:], kvDim, dots)
+			m, sum := ms[h], ss[h]
+			for jj, l0 := range dots {
+				dot := float64(0)
+				dot = float64(dot + float64(l0))
+				if main < hd {
+					kr := kc[kb+jj*kvDim : kb+jj*kvDim+hd]
+					for i := main; i < hd; i++ {
+						dot = float64(dot + float64(float32(qq[i]*tab[kr[i]])))
+					}
+				}
+				s := float32(float32(dot) * scale)
+				gt := s > m
+				mscale, vs := float32(1), float32(1)
+				switch {
+				case j0+jj == 0:
+					mscale = 0
+				case gt:
+					mscale = float32(math.Exp(float64(float32(m - s))))
+				}
+				if !gt {
+					vs = float32(math.Exp(float64(float32(s - m))))
+				}
+				// Accum rescales where the factor is not 1: attendGroup's
+				// "gt" (a rescale by exactly 1 leaves f16 values as they are)
+				mscs[jj] = 1
+				if gt {
+					m = s
+					mscs[jj] = mscale
+				}
+				vss[jj] = vs
+				sum = float32(float32(sum*mscale) + vs)
+			}
+			ms[h], ss[h] = m, sum
+			nk.Accum(acc[h*hd:(h+1)*hd], vc[kb:], kvDim, vss, mscs)
+		}
+	}
+	for h := range g {
+		inv := float32(1 / ss[h])
+		for d := h * hd; d < (h+1)*hd; d++ {
+			y[d] = float32(acc[d] * inv)
+		}
+	}
+}
