@@ -1,6 +1,6 @@
 // Command jitllm is the command-line front end: convert, inspect, run, chat,
-// synth, speed, capabilities and doctor (batch arrives with later work). It
-// holds no logic the server also needs; each subcommand lives in its own file.
+// synth, speed, batch, capabilities and doctor. It holds no logic the server
+// also needs; each subcommand lives in its own file.
 package main
 
 import (

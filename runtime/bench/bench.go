@@ -1,7 +1,8 @@
 // Package bench times a model on the CPU runner as llama-bench does: a
 // prefill test (one forward of p tokens) and a decode test (n single-token
 // forwards), each the best of r runs after a warm-up, reported as a
-// llama-bench style table or as JSON.
+// llama-bench style table or as JSON. RunStreams (streams.go) times S
+// concurrent sessions of one batching engine, as jitllm batch reports them.
 package bench
 
 import (
