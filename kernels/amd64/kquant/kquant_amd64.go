@@ -44,6 +44,45 @@ const (
 	q4kr8Dot8VNNIID
 )
 
+// asmRows names one generated rows kernel (cpukern.Rows), called like
+// asmDot through a switch.
+type asmRows int
+
+const (
+	noRows asmRows = iota
+	q4kRowsAVX2ID
+	q5kRowsAVX2ID
+	q6kRowsAVX2ID
+	q4kr8RowsAVX2ID
+	q4kRowsVNNIID
+	q5kRowsVNNIID
+	q6kRowsVNNIID
+	q4kr8RowsVNNIID
+)
+
+func callRows(f asmRows, nb int, w *byte, wstride int, x *byte, rows int, out *float32) {
+	switch f {
+	case q4kRowsAVX2ID:
+		q4kRowsAVX2(nb, w, wstride, x, rows, out)
+	case q5kRowsAVX2ID:
+		q5kRowsAVX2(nb, w, wstride, x, rows, out)
+	case q6kRowsAVX2ID:
+		q6kRowsAVX2(nb, w, wstride, x, rows, out)
+	case q4kr8RowsAVX2ID:
+		q4kr8RowsAVX2(nb, w, wstride, x, rows, out)
+	case q4kRowsVNNIID:
+		q4kRowsVNNI(nb, w, wstride, x, rows, out)
+	case q5kRowsVNNIID:
+		q5kRowsVNNI(nb, w, wstride, x, rows, out)
+	case q6kRowsVNNIID:
+		q6kRowsVNNI(nb, w, wstride, x, rows, out)
+	case q4kr8RowsVNNIID:
+		q4kr8RowsVNNI(nb, w, wstride, x, rows, out)
+	default:
+		panic(fmt.Sprintf("kquant: no rows kernel %d", f))
+	}
+}
+
 func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
 	switch f {
 	case q4kDot1AVX2ID:
@@ -83,7 +122,7 @@ func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
 	}
 }
 
-// kind is one order's generated Dot and 1×8 Tile for one ISA (the zmm ones
+// kind is one order's generated Dot, 1×8 Tile and Rows for one ISA (the zmm ones
 // rank above AVX2: about as fast or faster in the measured cases).
 type kind struct {
 	order string
@@ -91,6 +130,7 @@ type kind struct {
 	bytes int
 	one   asmDot
 	tile  asmDot
+	rows  asmRows
 	isa   string
 	rank  int
 	ok    bool // the CPU has isa
@@ -98,14 +138,14 @@ type kind struct {
 
 func kinds() []kind {
 	return []kind{
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, "avx512vnni", 20, hasVNNI},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, "avx512vnni", 20, hasVNNI},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, "avx512vnni", 20, hasVNNI},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, q4kRowsVNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI},
 	}
 }
 
@@ -116,7 +156,7 @@ func init() {
 		}
 		cpukern.Register(cpukern.Kernel{
 			Order: k.order, Type: k.t, ISA: k.isa, Rank: k.rank,
-			Dot: dotFunc(k), Tile: tileFunc(k), TileW: 1, TileX: tileX,
+			Dot: dotFunc(k), Tile: tileFunc(k), TileW: 1, TileX: tileX, Rows: rowsFunc(k),
 		})
 	}
 	if hasAVX2 {
@@ -169,6 +209,26 @@ func tileFunc(k kind) cpukern.Tile {
 		for i, v := range o {
 			out[i*ostride] = v
 		}
+	}
+}
+
+func rowsFunc(k kind) cpukern.Rows {
+	return func(n int, w []byte, wstride int, x []byte, out []float32) {
+		rows := len(out)
+		if rows == 0 {
+			return // no rows: nothing to read
+		}
+		nb := check(k.order, n, k.bytes, len(w), len(x))
+		rb := nb * k.bytes
+		if wstride < rb || len(w) < (rows-1)*wstride+rb {
+			panic(fmt.Sprintf("kquant %s: %d rows of %d bytes %d apart need %d weight bytes, have %d",
+				k.order, rows, rb, wstride, (rows-1)*wstride+rb, len(w)))
+		}
+		if nb == 0 {
+			clear(out)
+			return
+		}
+		callRows(k.rows, nb, &w[0], wstride, &x[0], rows, &out[0])
 	}
 }
 

@@ -179,6 +179,46 @@ func TestTileMatchesCpugen(t *testing.T) {
 	}
 }
 
+// TestRowsMatchesCpugen holds the decode rows kernels to cpugen and to
+// their Dot, bit for bit, over padded weight strides and row counts that
+// cover one row, a few, and more than a prefetch distance.
+func TestRowsMatchesCpugen(t *testing.T) {
+	for _, o := range orders {
+		for _, k := range registered(t, o.name) {
+			if k.Rows == nil {
+				t.Errorf("%s/%s: no Rows kernel", o.name, k.ISA)
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%s", o.name, k.ISA), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(3, uint64(len(o.name))))
+				for _, n := range lengths {
+					nb := n / qk
+					for _, rows := range []int{1, 3, 17} {
+						// padded stride, so a kernel that ignores it shows
+						wstride := nb*o.blk.Bytes + o.blk.Bytes
+						w := weights(o.blk, rows*wstride/o.blk.Bytes, r)
+						x := activations(n, r)
+						out := make([]float32, rows+1)
+						out[rows] = 42
+						k.Rows(n, w, wstride, x, out[:rows])
+						if out[rows] != 42 {
+							t.Fatalf("n=%d rows=%d: wrote past out", n, rows)
+						}
+						for j := 0; j < rows; j++ {
+							got := out[j]
+							agree(t, o.name, n, w[j*wstride:], x, got, fmt.Sprintf("rows %d out[%d]", rows, j))
+							if d := k.Dot(n, w[j*wstride:], x); !sameBits(d, got) {
+								t.Fatalf("n=%d rows=%d out[%d]: rows %v, its Dot %v", n, rows, j, got, d)
+							}
+						}
+					}
+				}
+				k.Rows(256, nil, 0, make([]byte, q8kBytes), nil) // no rows: nothing read
+			})
+		}
+	}
+}
+
 func TestShortRowsPanic(t *testing.T) {
 	for _, o := range orders {
 		for _, k := range registered(t, o.name) {
@@ -187,6 +227,12 @@ func TestShortRowsPanic(t *testing.T) {
 				func() { k.Dot(300, make([]byte, 2*o.blk.Bytes), make([]byte, 2*q8kBytes)) },
 				func() {
 					k.Tile(256, make([]byte, o.blk.Bytes), o.blk.Bytes, make([]byte, q8kBytes), q8kBytes, make([]float32, 8), 1)
+				},
+				func() { // the second row short
+					k.Rows(256, make([]byte, 2*o.blk.Bytes-1), o.blk.Bytes, make([]byte, q8kBytes), make([]float32, 2))
+				},
+				func() { // a stride below a row
+					k.Rows(512, make([]byte, 4*o.blk.Bytes), o.blk.Bytes, make([]byte, 2*q8kBytes), make([]float32, 2))
 				},
 			} {
 				func() {
@@ -387,6 +433,9 @@ func TestNoAllocations(t *testing.T) {
 			}
 			if a := testing.AllocsPerRun(50, func() { k.Tile(n, w, len(w), x, xs, out, 1) }); a != 0 {
 				t.Errorf("%s/%s Tile: %v allocations a call", order, k.ISA, a)
+			}
+			if a := testing.AllocsPerRun(50, func() { k.Rows(n, w, len(w), x, out[:1]) }); a != 0 {
+				t.Errorf("%s/%s Rows: %v allocations a call", order, k.ISA, a)
 			}
 		}
 	}

@@ -2026,7 +2026,7 @@ DATA kqconst<>+2024(SB)/4, $0x3f800000
 GLOBL kqconst<>(SB), RODATA|NOPTR, $2028
 
 // func q4kDot1AVX2(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q4kDot1AVX2(SB), NOSPLIT, $48-40
 	MOVQ    nb+0(FP), AX
 	MOVQ    w+8(FP), CX
@@ -2038,6 +2038,9 @@ TEXT ·q4kDot1AVX2(SB), NOSPLIT, $48-40
 	JZ      q4kDot1AVX2_done
 
 q4kDot1AVX2_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -2713,7 +2716,7 @@ q4kDot8AVX2_done:
 	RET
 
 // func q5kDot1AVX2(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q5kDot1AVX2(SB), NOSPLIT, $48-40
 	MOVQ    nb+0(FP), AX
 	MOVQ    w+8(FP), CX
@@ -2725,6 +2728,9 @@ TEXT ·q5kDot1AVX2(SB), NOSPLIT, $48-40
 	JZ      q5kDot1AVX2_done
 
 q5kDot1AVX2_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -3469,7 +3475,7 @@ q5kDot8AVX2_done:
 	RET
 
 // func q4kr8Dot1AVX2(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q4kr8Dot1AVX2(SB), NOSPLIT, $48-40
 	MOVQ    nb+0(FP), AX
 	MOVQ    w+8(FP), CX
@@ -3481,6 +3487,9 @@ TEXT ·q4kr8Dot1AVX2(SB), NOSPLIT, $48-40
 	JZ      q4kr8Dot1AVX2_done
 
 q4kr8Dot1AVX2_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
 	MOVL         4(CX), BX
 	MOVL         8(CX), SI
 	MOVL         12(CX), DI
@@ -3965,7 +3974,7 @@ q4kr8Dot8AVX2_done:
 	RET
 
 // func q6kDot1AVX2(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q6kDot1AVX2(SB), NOSPLIT, $32-40
 	MOVQ    nb+0(FP), AX
 	MOVQ    w+8(FP), CX
@@ -3977,6 +3986,10 @@ TEXT ·q6kDot1AVX2(SB), NOSPLIT, $32-40
 	JZ      q6kDot1AVX2_done
 
 q6kDot1AVX2_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
+	PREFETCHT0   2240(CX)
 	VMOVDQU      192(CX), X1
 	VPXOR        Y2, Y2, Y2
 	VMOVDQU      (CX), Y3
@@ -4691,7 +4704,7 @@ q6kDot8AVX2_done:
 	RET
 
 // func q4kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q4kDot1VNNI(SB), NOSPLIT, $48-40
 	MOVQ      nb+0(FP), AX
 	MOVQ      w+8(FP), CX
@@ -4705,6 +4718,9 @@ TEXT ·q4kDot1VNNI(SB), NOSPLIT, $48-40
 	JZ        q4kDot1VNNI_done
 
 q4kDot1VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
 	MOVL            4(CX), BX
 	MOVL            8(CX), SI
 	MOVL            12(CX), DI
@@ -5246,7 +5262,7 @@ q4kDot8VNNI_done:
 	RET
 
 // func q5kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q5kDot1VNNI(SB), NOSPLIT, $48-40
 	MOVQ      nb+0(FP), AX
 	MOVQ      w+8(FP), CX
@@ -5260,6 +5276,9 @@ TEXT ·q5kDot1VNNI(SB), NOSPLIT, $48-40
 	JZ        q5kDot1VNNI_done
 
 q5kDot1VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
 	MOVL            4(CX), BX
 	MOVL            8(CX), SI
 	MOVL            12(CX), DI
@@ -5832,7 +5851,7 @@ q5kDot8VNNI_done:
 	RET
 
 // func q4kr8Dot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q4kr8Dot1VNNI(SB), NOSPLIT, $48-40
 	MOVQ      nb+0(FP), AX
 	MOVQ      w+8(FP), CX
@@ -5846,6 +5865,9 @@ TEXT ·q4kr8Dot1VNNI(SB), NOSPLIT, $48-40
 	JZ        q4kr8Dot1VNNI_done
 
 q4kr8Dot1VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
 	MOVL            4(CX), BX
 	MOVL            8(CX), SI
 	MOVL            12(CX), DI
@@ -6196,7 +6218,7 @@ q4kr8Dot8VNNI_done:
 	RET
 
 // func q6kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q6kDot1VNNI(SB), NOSPLIT, $32-40
 	MOVQ      nb+0(FP), AX
 	MOVQ      w+8(FP), CX
@@ -6210,6 +6232,10 @@ TEXT ·q6kDot1VNNI(SB), NOSPLIT, $32-40
 	JZ        q6kDot1VNNI_done
 
 q6kDot1VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	PREFETCHT0      2240(CX)
 	VPMOVSXBW       192(CX), Y4
 	VPXORD          Z1, Z1, Z1
 	VMOVDQU64       (CX), Z5
@@ -6644,6 +6670,1200 @@ q6kDot8VNNI_done:
 	VMOVSS        kqconst<>+2016(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 28(AX)
+	VZEROUPPER
+	RET
+
+// func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4kRowsAVX2(SB), NOSPLIT, $48-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q4kRowsAVX2_end
+
+q4kRowsAVX2_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   BX, BX
+	JZ      q4kRowsAVX2_done
+
+q4kRowsAVX2_blk:
+	PREFETCHT0   2048(SI)
+	PREFETCHT0   2112(SI)
+	PREFETCHT0   2176(SI)
+	MOVL         4(SI), R8
+	MOVL         8(SI), R9
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      16(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   36(DI), Y4, Y3
+	VPMADDWD     Y3, Y6, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      48(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   100(DI), Y4, Y3
+	VPMADDWD     Y3, Y6, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      80(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   164(DI), Y4, Y3
+	VPMADDWD     Y3, Y6, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      112(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   228(DI), Y4, Y3
+	VPMADDWD     Y3, Y0, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVSS       (SI), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DI), X3
+	VMULPS       X0, X3, X3
+	VXORPS       kqconst<>+160(SB), X3, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X3, Y3
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      32(SP), X1
+	VFMADD231PS  X4, X0, X1
+	VMOVUPS      X1, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y0
+	VFMADD231PS  Y2, Y3, Y0
+	VMOVUPS      Y0, (SP)
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q4kRowsAVX2_blk
+
+q4kRowsAVX2_done:
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2016(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      32(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         $0x04, AX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	DECQ         CX
+	JNZ          q4kRowsAVX2_row
+
+q4kRowsAVX2_end:
+	VZEROUPPER
+	RET
+
+// func q5kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q5kRowsAVX2(SB), NOSPLIT, $48-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q5kRowsAVX2_end
+
+q5kRowsAVX2_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   BX, BX
+	JZ      q5kRowsAVX2_done
+
+q5kRowsAVX2_blk:
+	PREFETCHT0   2048(SI)
+	PREFETCHT0   2112(SI)
+	PREFETCHT0   2176(SI)
+	MOVL         4(SI), R8
+	MOVL         8(SI), R9
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      48(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x01, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DI), Y3, Y7
+	VPMADDWD     Y7, Y5, Y7
+	VPADDD       Y7, Y2, Y2
+	VPMADDUBSW   36(DI), Y4, Y7
+	VPMADDWD     Y7, Y6, Y7
+	VPADDD       Y7, Y2, Y2
+	VMOVDQU      80(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x03, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DI), Y3, Y7
+	VPMADDWD     Y7, Y5, Y7
+	VPADDD       Y7, Y2, Y2
+	VPMADDUBSW   100(DI), Y4, Y7
+	VPMADDWD     Y7, Y6, Y7
+	VPADDD       Y7, Y2, Y2
+	VMOVDQU      112(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x05, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DI), Y3, Y7
+	VPMADDWD     Y7, Y5, Y7
+	VPADDD       Y7, Y2, Y2
+	VPMADDUBSW   164(DI), Y4, Y7
+	VPMADDWD     Y7, Y6, Y7
+	VPADDD       Y7, Y2, Y2
+	VMOVDQU      144(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y6
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        kqconst<>+96(SB), Y6, Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPOR         Y6, Y3, Y3
+	VMOVDQU      16(SI), Y6
+	VPSRLW       $0x07, Y6, Y6
+	VPAND        kqconst<>+96(SB), Y6, Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DI), Y3, Y6
+	VPMADDWD     Y6, Y5, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDUBSW   228(DI), Y4, Y6
+	VPMADDWD     Y6, Y0, Y6
+	VPADDD       Y6, Y2, Y2
+	VMOVSS       (SI), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DI), X3
+	VMULPS       X0, X3, X3
+	VXORPS       kqconst<>+160(SB), X3, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X3, Y3
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X1
+	VPADDD       X1, X4, X4
+	VPSHUFD      $0xb1, X4, X1
+	VPADDD       X1, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       32(SP), X1
+	VFMADD231SS  X4, X0, X1
+	VMOVSS       X1, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y0
+	VFMADD231PS  Y2, Y3, Y0
+	VMOVUPS      Y0, (SP)
+	ADDQ         $0x000000b0, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q5kRowsAVX2_blk
+
+q5kRowsAVX2_done:
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2016(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       32(SP), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         $0x04, AX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	DECQ         CX
+	JNZ          q5kRowsAVX2_row
+
+q5kRowsAVX2_end:
+	VZEROUPPER
+	RET
+
+// func q4kr8RowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4kr8RowsAVX2(SB), NOSPLIT, $48-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q4kr8RowsAVX2_end
+
+q4kr8RowsAVX2_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   BX, BX
+	JZ      q4kr8RowsAVX2_done
+
+q4kr8RowsAVX2_blk:
+	PREFETCHT0   2048(SI)
+	PREFETCHT0   2112(SI)
+	PREFETCHT0   2176(SI)
+	MOVL         4(SI), R8
+	MOVL         8(SI), R9
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      16(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   36(DI), Y4, Y3
+	VPMADDWD     Y3, Y6, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      48(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   100(DI), Y4, Y3
+	VPMADDWD     Y3, Y6, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      80(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   164(DI), Y4, Y3
+	VPMADDWD     Y3, Y6, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      112(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DI), Y3, Y3
+	VPMADDWD     Y3, Y5, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMADDUBSW   228(DI), Y4, Y3
+	VPMADDWD     Y3, Y0, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVSS       (SI), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DI), X3
+	VMULPS       X0, X3, X3
+	VMOVSHDUP    X3, X0
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VMOVDQA      X4, X1
+	VPSHUFD      $0x4e, X1, X4
+	VPADDD       X4, X1, X1
+	VPSHUFD      $0xb1, X1, X4
+	VPADDD       X4, X1, X1
+	VCVTDQ2PS    X1, X1
+	VMOVSS       32(SP), X4
+	VFMADD231SS  X1, X0, X4
+	VMOVSS       X4, 32(SP)
+	VEXTRACTI128 $0x01, Y2, X0
+	VPADDD       X0, X2, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPADDD       X1, X0, X0
+	VCVTDQ2PS    X0, X0
+	VMOVSS       (SP), X1
+	VFMADD231SS  X0, X3, X1
+	VMOVSS       X1, (SP)
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q4kr8RowsAVX2_blk
+
+q4kr8RowsAVX2_done:
+	VMOVSS (SP), X0
+	VSUBSS 32(SP), X0, X0
+	VMOVSS X0, (AX)
+	ADDQ   $0x04, AX
+	MOVQ   wstride+16(FP), BX
+	ADDQ   BX, DX
+	DECQ   CX
+	JNZ    q4kr8RowsAVX2_row
+
+q4kr8RowsAVX2_end:
+	VZEROUPPER
+	RET
+
+// func q6kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q6kRowsAVX2(SB), NOSPLIT, $32-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q6kRowsAVX2_end
+
+q6kRowsAVX2_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVDQU kqconst<>+64(SB), Y0
+	TESTQ   BX, BX
+	JZ      q6kRowsAVX2_done
+
+q6kRowsAVX2_blk:
+	PREFETCHT0   2048(SI)
+	PREFETCHT0   2112(SI)
+	PREFETCHT0   2176(SI)
+	PREFETCHT0   2240(SI)
+	VMOVDQU      192(SI), X1
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      (SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+672(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   4(DI), Y3, Y3
+	VPMADDUBSW   4(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      32(SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+688(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   36(DI), Y3, Y3
+	VPMADDUBSW   36(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      (SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+704(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   68(DI), Y3, Y3
+	VPMADDUBSW   68(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      32(SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+720(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   100(DI), Y3, Y3
+	VPMADDUBSW   100(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      64(SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+736(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   132(DI), Y3, Y3
+	VPMADDUBSW   132(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+752(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   164(DI), Y3, Y3
+	VPMADDUBSW   164(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      64(SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+768(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   196(DI), Y3, Y3
+	VPMADDUBSW   196(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	VPMADDWD     Y3, Y4, Y3
+	VPADDD       Y3, Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+784(SB), X1, X1
+	VPMOVSXBW    X1, Y1
+	VPMADDUBSW   228(DI), Y3, Y3
+	VPMADDUBSW   228(DI), Y0, Y4
+	VPSUBW       Y4, Y3, Y3
+	VPMADDWD     Y3, Y1, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVWLZX      208(SI), R8
+	VMOVD        R8, X1
+	VCVTPH2PS    X1, X1
+	VMULSS       (DI), X1, X1
+	VBROADCASTSS X1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, (SP)
+	ADDQ         $0x000000d2, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q6kRowsAVX2_blk
+
+q6kRowsAVX2_done:
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2016(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         $0x04, AX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	DECQ         CX
+	JNZ          q6kRowsAVX2_row
+
+q6kRowsAVX2_end:
+	VZEROUPPER
+	RET
+
+// func q4kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q4kRowsVNNI(SB), NOSPLIT, $48-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q4kRowsVNNI_end
+
+q4kRowsVNNI_row:
+	MOVQ      nb+0(FP), BX
+	MOVQ      DX, SI
+	MOVQ      x+24(FP), DI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     BX, BX
+	JZ        q4kRowsVNNI_done
+
+q4kRowsVNNI_blk:
+	PREFETCHT0      2048(SI)
+	PREFETCHT0      2112(SI)
+	PREFETCHT0      2176(SI)
+	MOVL            4(SI), R8
+	MOVL            8(SI), R9
+	MOVL            12(SI), R10
+	MOVL            R10, R11
+	SHRL            $0x04, R11
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R12
+	SHRL            $0x06, R12
+	ANDL            $0x03030303, R12
+	SHLL            $0x04, R12
+	ORL             R12, R11
+	SHLQ            $0x20, R11
+	MOVL            R9, R12
+	ANDL            $0x3f3f3f3f, R12
+	ORQ             R12, R11
+	ANDL            $0x0f0f0f0f, R10
+	MOVL            R8, R12
+	SHRL            $0x06, R12
+	ANDL            $0x03030303, R12
+	SHLL            $0x04, R12
+	ORL             R12, R10
+	SHLQ            $0x20, R10
+	ANDL            $0x3f3f3f3f, R8
+	ORQ             R10, R8
+	VMOVQ           R8, X0
+	VPINSRQ         $0x01, R11, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VBROADCASTI64X4 16(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1504(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      4(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VBROADCASTI64X4 48(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1568(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      68(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VBROADCASTI64X4 80(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1632(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      132(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VBROADCASTI64X4 112(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1696(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      196(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y5
+	VMOVSS          (SI), X6
+	VCVTPH2PS       X6, X6
+	VBROADCASTSS    (DI), X0
+	VMULPS          X6, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X6
+	VSHUFPS         $0x55, X6, X6, X6
+	VBROADCASTSS    X0, Y7
+	VMOVDQU         260(DI), X0
+	VPHADDW         276(DI), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         32(SP), X3
+	VFMADD231PS     X0, X6, X3
+	VMOVUPS         X3, 32(SP)
+	VCVTDQ2PS       Y5, Y5
+	VMOVUPS         (SP), Y0
+	VFMADD231PS     Y5, Y7, Y0
+	VMOVUPS         Y0, (SP)
+	ADDQ            $0x00000090, SI
+	ADDQ            $0x00000124, DI
+	DECQ            BX
+	JNZ             q4kRowsVNNI_blk
+
+q4kRowsVNNI_done:
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       32(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          $0x04, AX
+	MOVQ          wstride+16(FP), BX
+	ADDQ          BX, DX
+	DECQ          CX
+	JNZ           q4kRowsVNNI_row
+
+q4kRowsVNNI_end:
+	VZEROUPPER
+	RET
+
+// func q5kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q5kRowsVNNI(SB), NOSPLIT, $48-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q5kRowsVNNI_end
+
+q5kRowsVNNI_row:
+	MOVQ      nb+0(FP), BX
+	MOVQ      DX, SI
+	MOVQ      x+24(FP), DI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     BX, BX
+	JZ        q5kRowsVNNI_done
+
+q5kRowsVNNI_blk:
+	PREFETCHT0      2048(SI)
+	PREFETCHT0      2112(SI)
+	PREFETCHT0      2176(SI)
+	MOVL            4(SI), R8
+	MOVL            8(SI), R9
+	MOVL            12(SI), R10
+	MOVL            R10, R11
+	SHRL            $0x04, R11
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R12
+	SHRL            $0x06, R12
+	ANDL            $0x03030303, R12
+	SHLL            $0x04, R12
+	ORL             R12, R11
+	SHLQ            $0x20, R11
+	MOVL            R9, R12
+	ANDL            $0x3f3f3f3f, R12
+	ORQ             R12, R11
+	ANDL            $0x0f0f0f0f, R10
+	MOVL            R8, R12
+	SHRL            $0x06, R12
+	ANDL            $0x03030303, R12
+	SHLL            $0x04, R12
+	ORL             R12, R10
+	SHLQ            $0x20, R10
+	ANDL            $0x3f3f3f3f, R8
+	ORQ             R10, R8
+	VMOVQ           R8, X0
+	VPINSRQ         $0x01, R11, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VBROADCASTI64X4 48(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VBROADCASTI64X4 16(SI), Z7
+	VPSRLVW         kqconst<>+864(SB), Z7, Z7
+	VPANDD          kqconst<>+800(SB), Z7, Z7
+	VPSLLW          $0x04, Z7, Z7
+	VPORD           Z7, Z5, Z5
+	VMOVDQU64       kqconst<>+1504(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      4(DI), Z5, Z7
+	VPDPWSSD        Z7, Z6, Z4
+	VBROADCASTI64X4 80(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VBROADCASTI64X4 16(SI), Z7
+	VPSRLVW         kqconst<>+928(SB), Z7, Z7
+	VPANDD          kqconst<>+800(SB), Z7, Z7
+	VPSLLW          $0x04, Z7, Z7
+	VPORD           Z7, Z5, Z5
+	VMOVDQU64       kqconst<>+1568(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      68(DI), Z5, Z7
+	VPDPWSSD        Z7, Z6, Z4
+	VBROADCASTI64X4 112(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VBROADCASTI64X4 16(SI), Z7
+	VPSRLVW         kqconst<>+992(SB), Z7, Z7
+	VPANDD          kqconst<>+800(SB), Z7, Z7
+	VPSLLW          $0x04, Z7, Z7
+	VPORD           Z7, Z5, Z5
+	VMOVDQU64       kqconst<>+1632(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      132(DI), Z5, Z7
+	VPDPWSSD        Z7, Z6, Z4
+	VBROADCASTI64X4 144(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VBROADCASTI64X4 16(SI), Z7
+	VPSRLVW         kqconst<>+1056(SB), Z7, Z7
+	VPANDD          kqconst<>+800(SB), Z7, Z7
+	VPSLLW          $0x04, Z7, Z7
+	VPORD           Z7, Z5, Z5
+	VMOVDQU64       kqconst<>+1696(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      196(DI), Z5, Z7
+	VPDPWSSD        Z7, Z6, Z4
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y5
+	VMOVSS          (SI), X6
+	VCVTPH2PS       X6, X6
+	VBROADCASTSS    (DI), X0
+	VMULPS          X6, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X6
+	VSHUFPS         $0x55, X6, X6, X6
+	VBROADCASTSS    X0, Y7
+	VMOVDQU         260(DI), X0
+	VPHADDW         276(DI), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          32(SP), X3
+	VFMADD231SS     X0, X6, X3
+	VMOVSS          X3, 32(SP)
+	VCVTDQ2PS       Y5, Y5
+	VMOVUPS         (SP), Y0
+	VFMADD231PS     Y5, Y7, Y0
+	VMOVUPS         Y0, (SP)
+	ADDQ            $0x000000b0, SI
+	ADDQ            $0x00000124, DI
+	DECQ            BX
+	JNZ             q5kRowsVNNI_blk
+
+q5kRowsVNNI_done:
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        32(SP), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          $0x04, AX
+	MOVQ          wstride+16(FP), BX
+	ADDQ          BX, DX
+	DECQ          CX
+	JNZ           q5kRowsVNNI_row
+
+q5kRowsVNNI_end:
+	VZEROUPPER
+	RET
+
+// func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q4kr8RowsVNNI(SB), NOSPLIT, $48-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q4kr8RowsVNNI_end
+
+q4kr8RowsVNNI_row:
+	MOVQ      nb+0(FP), BX
+	MOVQ      DX, SI
+	MOVQ      x+24(FP), DI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     BX, BX
+	JZ        q4kr8RowsVNNI_done
+
+q4kr8RowsVNNI_blk:
+	PREFETCHT0      2048(SI)
+	PREFETCHT0      2112(SI)
+	PREFETCHT0      2176(SI)
+	MOVL            4(SI), R8
+	MOVL            8(SI), R9
+	MOVL            12(SI), R10
+	MOVL            R10, R11
+	SHRL            $0x04, R11
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R12
+	SHRL            $0x06, R12
+	ANDL            $0x03030303, R12
+	SHLL            $0x04, R12
+	ORL             R12, R11
+	SHLQ            $0x20, R11
+	MOVL            R9, R12
+	ANDL            $0x3f3f3f3f, R12
+	ORQ             R12, R11
+	ANDL            $0x0f0f0f0f, R10
+	MOVL            R8, R12
+	SHRL            $0x06, R12
+	ANDL            $0x03030303, R12
+	SHLL            $0x04, R12
+	ORL             R12, R10
+	SHLQ            $0x20, R10
+	ANDL            $0x3f3f3f3f, R8
+	ORQ             R10, R8
+	VMOVQ           R8, X0
+	VPINSRQ         $0x01, R11, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VBROADCASTI64X4 16(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1504(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      4(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VBROADCASTI64X4 48(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1568(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      68(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VBROADCASTI64X4 80(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1632(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      132(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VBROADCASTI64X4 112(SI), Z5
+	VPSRLVW         Z2, Z5, Z5
+	VPANDD          Z1, Z5, Z5
+	VMOVDQU64       kqconst<>+1696(SB), Z6
+	VPERMW          Z0, Z6, Z6
+	VPMADDUBSW      196(DI), Z5, Z5
+	VPDPWSSD        Z5, Z6, Z4
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y5
+	VMOVSS          (SI), X0
+	VCVTPH2PS       X0, X0
+	VBROADCASTSS    (DI), X6
+	VMULPS          X0, X6, X6
+	VMOVSHDUP       X6, X7
+	VMOVDQU         260(DI), X0
+	VPHADDW         276(DI), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          32(SP), X3
+	VFMADD231SS     X0, X7, X3
+	VMOVSS          X3, 32(SP)
+	VEXTRACTI32X4   $0x01, Y5, X0
+	VPADDD          X0, X5, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          (SP), X3
+	VFMADD231SS     X0, X6, X3
+	VMOVSS          X3, (SP)
+	ADDQ            $0x00000090, SI
+	ADDQ            $0x00000124, DI
+	DECQ            BX
+	JNZ             q4kr8RowsVNNI_blk
+
+q4kr8RowsVNNI_done:
+	VMOVSS (SP), X0
+	VSUBSS 32(SP), X0, X0
+	VMOVSS X0, (AX)
+	ADDQ   $0x04, AX
+	MOVQ   wstride+16(FP), BX
+	ADDQ   BX, DX
+	DECQ   CX
+	JNZ    q4kr8RowsVNNI_row
+
+q4kr8RowsVNNI_end:
+	VZEROUPPER
+	RET
+
+// func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q6kRowsVNNI(SB), NOSPLIT, $32-48
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q6kRowsVNNI_end
+
+q6kRowsVNNI_row:
+	MOVQ      nb+0(FP), BX
+	MOVQ      DX, SI
+	MOVQ      x+24(FP), DI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z0
+	VMOVDQU64 kqconst<>+1184(SB), Z2
+	VMOVDQU64 kqconst<>+1248(SB), Z3
+	TESTQ     BX, BX
+	JZ        q6kRowsVNNI_done
+
+q6kRowsVNNI_blk:
+	PREFETCHT0      2048(SI)
+	PREFETCHT0      2112(SI)
+	PREFETCHT0      2176(SI)
+	PREFETCHT0      2240(SI)
+	VPMOVSXBW       192(SI), Y4
+	VPXORD          Z1, Z1, Z1
+	VMOVDQU64       (SI), Z5
+	VBROADCASTI64X4 128(SI), Z6
+	VPANDD          Z0, Z5, Z7
+	VPSRLVW         kqconst<>+1376(SB), Z6, Z8
+	VPANDD          Z2, Z8, Z8
+	VPSLLW          $0x04, Z8, Z8
+	VPORD           Z8, Z7, Z7
+	VMOVDQU64       kqconst<>+1760(SB), Z8
+	VPERMW          Z4, Z8, Z8
+	VPMADDUBSW      4(DI), Z7, Z7
+	VPMADDUBSW      4(DI), Z3, Z9
+	VPSUBW          Z9, Z7, Z7
+	VPDPWSSD        Z7, Z8, Z1
+	VPSRLW          $0x04, Z5, Z5
+	VPANDD          Z0, Z5, Z5
+	VPSRLVW         kqconst<>+1440(SB), Z6, Z6
+	VPANDD          Z2, Z6, Z6
+	VPSLLW          $0x04, Z6, Z6
+	VPORD           Z6, Z5, Z5
+	VMOVDQU64       kqconst<>+1824(SB), Z6
+	VPERMW          Z4, Z6, Z6
+	VPMADDUBSW      68(DI), Z5, Z5
+	VPMADDUBSW      68(DI), Z3, Z7
+	VPSUBW          Z7, Z5, Z5
+	VPDPWSSD        Z5, Z6, Z1
+	VMOVDQU64       64(SI), Z5
+	VBROADCASTI64X4 160(SI), Z6
+	VPANDD          Z0, Z5, Z7
+	VPSRLVW         kqconst<>+1376(SB), Z6, Z8
+	VPANDD          Z2, Z8, Z8
+	VPSLLW          $0x04, Z8, Z8
+	VPORD           Z8, Z7, Z7
+	VMOVDQU64       kqconst<>+1888(SB), Z8
+	VPERMW          Z4, Z8, Z8
+	VPMADDUBSW      132(DI), Z7, Z7
+	VPMADDUBSW      132(DI), Z3, Z9
+	VPSUBW          Z9, Z7, Z7
+	VPDPWSSD        Z7, Z8, Z1
+	VPSRLW          $0x04, Z5, Z5
+	VPANDD          Z0, Z5, Z5
+	VPSRLVW         kqconst<>+1440(SB), Z6, Z6
+	VPANDD          Z2, Z6, Z6
+	VPSLLW          $0x04, Z6, Z6
+	VPORD           Z6, Z5, Z5
+	VMOVDQU64       kqconst<>+1952(SB), Z6
+	VPERMW          Z4, Z6, Z6
+	VPMADDUBSW      196(DI), Z5, Z5
+	VPMADDUBSW      196(DI), Z3, Z7
+	VPSUBW          Z7, Z5, Z5
+	VPDPWSSD        Z5, Z6, Z1
+	VEXTRACTI64X4   $0x01, Z1, Y4
+	VPADDD          Y4, Y1, Y4
+	MOVWLZX         208(SI), R8
+	VMOVD           R8, X5
+	VCVTPH2PS       X5, X5
+	VMULSS          (DI), X5, X5
+	VBROADCASTSS    X5, Y5
+	VCVTDQ2PS       Y4, Y4
+	VMOVUPS         (SP), Y6
+	VFMADD231PS     Y4, Y5, Y6
+	VMOVUPS         Y6, (SP)
+	ADDQ            $0x000000d2, SI
+	ADDQ            $0x00000124, DI
+	DECQ            BX
+	JNZ             q6kRowsVNNI_blk
+
+q6kRowsVNNI_done:
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X0, X2, X2
+	VMOVHLPS      X2, X2, X0
+	VADDPS        X0, X2, X2
+	VMOVSHDUP     X2, X0
+	VADDSS        X0, X2, X2
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X2, X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          $0x04, AX
+	MOVQ          wstride+16(FP), BX
+	ADDQ          BX, DX
+	DECQ          CX
+	JNZ           q6kRowsVNNI_row
+
+q6kRowsVNNI_end:
 	VZEROUPPER
 	RET
 

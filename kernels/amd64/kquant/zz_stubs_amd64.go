@@ -84,6 +84,46 @@ func q6kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 //go:noescape
 func q6kDot8VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 
+// q4kRowsAVX2 sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q5kRowsAVX2 sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q5kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q4kr8RowsAVX2 sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q4kr8RowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q6kRowsAVX2 sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q6kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q4kRowsVNNI sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q4kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q5kRowsVNNI sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q5kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q4kr8RowsVNNI sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
+// q6kRowsVNNI sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+//
+//go:noescape
+func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+
 // quantQ8KAVX2 quantizes nb blocks of 256 floats at x into Q8_K blocks at dst.
 //
 //go:noescape

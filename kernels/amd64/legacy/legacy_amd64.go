@@ -85,7 +85,11 @@ var specs = []spec{
 func init() {
 	for _, s := range specs {
 		if s.isa.has() {
-			cpukern.Register(s.kernel())
+			k := s.kernel()
+			if d, ok := decodeTile(s); ok {
+				k.Rows = s.rows(d.tile)
+			}
+			cpukern.Register(k)
 		}
 	}
 	if isaAVX2.has() {
@@ -144,6 +148,50 @@ func (s spec) kernel() cpukern.Kernel {
 		k.Tile = nil
 	}
 	return k
+}
+
+// decodeTile is the 4×1 (one activation row) tile of s's order and ISA.
+func decodeTile(s spec) (spec, bool) {
+	for _, d := range specs {
+		if d.order == s.order && d.isa.name == s.isa.name && d.tileW == 4 && d.tileX == 1 && d.tile != nil {
+			return d, true
+		}
+	}
+	return spec{}, false
+}
+
+// rows is s's cpukern.Rows: the 4×1 decode tile over each four weight rows
+// (four independent FMA chains and four weight streams where a Dot has one),
+// the Dot for the last rows; every element equals the Dot (TestRowsMatchDot).
+func (s spec) rows(tile4 asmTile) cpukern.Rows {
+	return func(n int, w []byte, wstride int, x []byte, out []float32) {
+		rows := len(out)
+		if rows == 0 {
+			return
+		}
+		if n < 0 || wstride < 0 {
+			panic(fmt.Sprintf("legacy: %s rows: negative length or stride (n %d, stride %d)", s.order, n, wstride))
+		}
+		if !rowFits(len(w), n, s.qk, s.wb) || !rowFits(len(x), n, s.qk, s.xb) {
+			panic(fmt.Sprintf("legacy: %s rows: %d values do not fit %d weight and %d activation bytes", s.order, n, len(w), len(x)))
+		}
+		rl := need(n, s.qk, s.wb)
+		// (rows-1)*wstride+rl <= len(w), without overflow
+		if rows > 1 && rl > 0 && (wstride < rl || wstride > len(w) || rows-1 > (len(w)-rl)/wstride) {
+			panic(fmt.Sprintf("legacy: %s rows: %d rows of %d bytes %d apart do not fit %d bytes", s.order, rows, rl, wstride, len(w)))
+		}
+		nb := n
+		if s.qk != 1 {
+			nb = n / s.qk
+		}
+		j := 0
+		for ; j+4 <= rows; j += 4 {
+			tile4(nb, ptr(w[j*wstride:]), wstride, ptr(x), 0, &out[j], 1)
+		}
+		for ; j < rows; j++ {
+			out[j] = s.dot(nb, ptr(w[j*wstride:]), ptr(x))
+		}
+	}
 }
 
 // fits reports whether rows rows of rowLen (at most size), stride apart,

@@ -227,6 +227,56 @@ func TestTileMatchesDot(t *testing.T) {
 	}
 }
 
+// TestRowsMatchDot holds each Rows (the decode form over the 4×1 tile) to
+// the Dot, bit for bit, with odd strides and row counts around the tile.
+func TestRowsMatchDot(t *testing.T) {
+	for _, s := range specs {
+		t.Run(name(s), func(t *testing.T) {
+			k := registered(t, s)
+			if _, ok := decodeTile(s); !ok {
+				if k.Rows != nil {
+					t.Fatal("Rows registered without a 4×1 tile")
+				}
+				t.Skip("no 4×1 tile: no Rows")
+			}
+			if k.Rows == nil {
+				t.Fatal("no Rows registered")
+			}
+			r := rand.New(rand.NewPCG(3, uint64(len(s.order))))
+			for _, n := range lengths(s) {
+				for _, rows := range []int{1, 3, 4, 9} {
+					extreme := rows%2 == 1
+					wrow := need(n, s.qk, s.wb)
+					ws := wrow + 7
+					w := make([]byte, (rows-1)*ws+wrow)
+					for j := 0; j < rows; j++ {
+						copy(w[j*ws:], weights(r, s, n, extreme))
+					}
+					x := activations(r, s, n, extreme)
+					out := make([]float32, rows+1)
+					out[rows] = -12345.5
+					k.Rows(n, w, ws, x, out[:rows])
+					if out[rows] != -12345.5 {
+						t.Fatalf("n=%d rows=%d: wrote past out", n, rows)
+					}
+					for j := 0; j < rows; j++ {
+						wj := w[j*ws : j*ws+wrow]
+						if d := k.Dot(n, wj, x); math.Float32bits(out[j]) != math.Float32bits(d) && !(d != d && out[j] != out[j]) {
+							t.Fatalf("n=%d rows=%d: out[%d] = %#08x, Dot %#08x", n, rows, j, math.Float32bits(out[j]), math.Float32bits(d))
+						}
+					}
+				}
+			}
+			n := 64
+			w, x := make([]byte, need(n, s.qk, s.wb)), make([]byte, need(n, s.qk, s.xb))
+			mustPanic(t, "rows: second row short", func() { k.Rows(n, w, len(w), x, make([]float32, 2)) })
+			mustPanic(t, "rows: stride below a row", func() { k.Rows(n, append(w, w...), len(w)-1, x, make([]float32, 2)) })
+			mustPanic(t, "rows: huge stride", func() { k.Rows(n, w, math.MaxInt/2, x, make([]float32, 3)) })
+			mustPanic(t, "rows: short activations", func() { k.Rows(n, w, len(w), x[:len(x)-1], make([]float32, 1)) })
+		})
+	}
+}
+
 func TestBadInputPanics(t *testing.T) {
 	for _, s := range specs {
 		t.Run(name(s), func(t *testing.T) {

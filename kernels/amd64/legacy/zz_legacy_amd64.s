@@ -303,7 +303,7 @@ DATA e8m0half<>+1020(SB)/4, $0x7f000000
 GLOBL e8m0half<>(SB), RODATA|NOPTR, $1024
 
 // func q80AVX2Dot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, F16C, FMA3, SSE
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
 TEXT ·q80AVX2Dot(SB), NOSPLIT, $0-28
 	MOVQ  w+8(FP), SI
 	MOVQ  x+16(FP), DI
@@ -315,6 +315,7 @@ TEXT ·q80AVX2Dot(SB), NOSPLIT, $0-28
 	JZ    q80AVX2Dot_done
 
 q80AVX2Dot_loop:
+	PREFETCHT0   2048(SI)(BX*1)
 	VPBROADCASTW (SI)(BX*1), X8
 	VCVTPH2PS    X8, Y8
 	VPMOVSXBW    2(SI)(BX*1), Y4
@@ -461,7 +462,7 @@ q80AVX2Tile2x2_done:
 	RET
 
 // func q80AVX2Tile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q80AVX2Tile4x1(SB), NOSPLIT, $0-56
 	MOVQ  w+8(FP), SI
 	MOVQ  wstride+16(FP), AX
@@ -483,6 +484,10 @@ TEXT ·q80AVX2Tile4x1(SB), NOSPLIT, $0-56
 	JZ    q80AVX2Tile4x1_done
 
 q80AVX2Tile4x1_loop:
+	PREFETCHT0   2048(SI)(BX*1)
+	PREFETCHT0   2048(R8)(BX*1)
+	PREFETCHT0   2048(R9)(BX*1)
+	PREFETCHT0   2048(R10)(BX*1)
 	VPBROADCASTW (DI)(DX*1), X12
 	VCVTPH2PS    X12, Y12
 	VPMOVSXBW    2(DI)(DX*1), Y10
@@ -577,7 +582,7 @@ q80AVX2Tile4x1_done:
 	RET
 
 // func q40AVX2Dot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, F16C, FMA3, SSE
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
 TEXT ·q40AVX2Dot(SB), NOSPLIT, $0-28
 	MOVQ         w+8(FP), SI
 	MOVQ         x+16(FP), DI
@@ -598,6 +603,7 @@ TEXT ·q40AVX2Dot(SB), NOSPLIT, $0-28
 	JZ           q40AVX2Dot_done
 
 q40AVX2Dot_loop:
+	PREFETCHT0     2048(SI)(BX*1)
 	VPBROADCASTW   (SI)(BX*1), X6
 	VCVTPH2PS      X6, Y6
 	VBROADCASTI128 2(SI)(BX*1), Y4
@@ -751,7 +757,7 @@ q40AVX2Tile2x2_done:
 	RET
 
 // func q40AVX2Tile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q40AVX2Tile4x1(SB), NOSPLIT, $0-56
 	MOVQ         w+8(FP), SI
 	MOVQ         wstride+16(FP), AX
@@ -782,6 +788,10 @@ TEXT ·q40AVX2Tile4x1(SB), NOSPLIT, $0-56
 	JZ           q40AVX2Tile4x1_done
 
 q40AVX2Tile4x1_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	PREFETCHT0     2048(R8)(BX*1)
+	PREFETCHT0     2048(R9)(BX*1)
+	PREFETCHT0     2048(R10)(BX*1)
 	VPBROADCASTW   (DI)(DX*1), X10
 	VCVTPH2PS      X10, Y10
 	VMOVDQU        2(DI)(DX*1), Y8
@@ -876,7 +886,7 @@ q40AVX2Tile4x1_done:
 	RET
 
 // func q40RepackAVX2Dot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, F16C, FMA3, SSE
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
 TEXT ·q40RepackAVX2Dot(SB), NOSPLIT, $0-28
 	MOVQ         w+8(FP), SI
 	MOVQ         x+16(FP), DI
@@ -897,6 +907,7 @@ TEXT ·q40RepackAVX2Dot(SB), NOSPLIT, $0-28
 	JZ           q40RepackAVX2Dot_done
 
 q40RepackAVX2Dot_loop:
+	PREFETCHT0     2048(SI)(BX*1)
 	VPBROADCASTW   (SI)(BX*1), X6
 	VCVTPH2PS      X6, Y6
 	VBROADCASTI128 2(SI)(BX*1), Y4
@@ -1022,7 +1033,7 @@ q40RepackAVX2Tile2x2_done:
 	RET
 
 // func q40RepackAVX2Tile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q40RepackAVX2Tile4x1(SB), NOSPLIT, $0-56
 	MOVQ         w+8(FP), SI
 	MOVQ         wstride+16(FP), AX
@@ -1054,6 +1065,10 @@ TEXT ·q40RepackAVX2Tile4x1(SB), NOSPLIT, $0-56
 	JZ           q40RepackAVX2Tile4x1_done
 
 q40RepackAVX2Tile4x1_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	PREFETCHT0     2048(R8)(BX*1)
+	PREFETCHT0     2048(R9)(BX*1)
+	PREFETCHT0     2048(R10)(BX*1)
 	VPBROADCASTW   (DI)(DX*1), X10
 	VCVTPH2PS      X10, Y10
 	VMOVDQU        2(DI)(DX*1), Y8
@@ -1114,7 +1129,7 @@ q40RepackAVX2Tile4x1_done:
 	RET
 
 // func q80VNNIDot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, SSE
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
 TEXT ·q80VNNIDot(SB), NOSPLIT, $0-28
 	MOVQ         w+8(FP), SI
 	MOVQ         x+16(FP), DI
@@ -1129,6 +1144,7 @@ TEXT ·q80VNNIDot(SB), NOSPLIT, $0-28
 	JZ           q80VNNIDot_done
 
 q80VNNIDot_loop:
+	PREFETCHT0   2048(SI)(BX*1)
 	VPBROADCASTW (SI)(BX*1), X20
 	VCVTPH2PS    X20, Y20
 	VPXORD       2(SI)(BX*1), Y29, Y16
@@ -1472,7 +1488,7 @@ q80VNNITile4x4_done:
 	RET
 
 // func q80VNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q80VNNITile4x1(SB), NOSPLIT, $0-56
 	MOVQ         w+8(FP), SI
 	MOVQ         wstride+16(FP), AX
@@ -1497,6 +1513,10 @@ TEXT ·q80VNNITile4x1(SB), NOSPLIT, $0-56
 	JZ           q80VNNITile4x1_done
 
 q80VNNITile4x1_loop:
+	PREFETCHT0   2048(SI)(BX*1)
+	PREFETCHT0   2048(R8)(BX*1)
+	PREFETCHT0   2048(R9)(BX*1)
+	PREFETCHT0   2048(R10)(BX*1)
 	VPBROADCASTW (DI)(DX*1), X26
 	VCVTPH2PS    X26, Y26
 	VMOVDQU32    2(DI)(DX*1), Y24
@@ -1582,7 +1602,7 @@ q80VNNITile4x1_done:
 	RET
 
 // func q40VNNIDot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, SSE
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
 TEXT ·q40VNNIDot(SB), NOSPLIT, $0-28
 	MOVQ         w+8(FP), SI
 	MOVQ         x+16(FP), DI
@@ -1600,6 +1620,7 @@ TEXT ·q40VNNIDot(SB), NOSPLIT, $0-28
 	JZ           q40VNNIDot_done
 
 q40VNNIDot_loop:
+	PREFETCHT0      2048(SI)(BX*1)
 	VPBROADCASTW    (SI)(BX*1), X20
 	VCVTPH2PS       X20, Y20
 	VBROADCASTI32X4 2(SI)(BX*1), Y16
@@ -1956,7 +1977,7 @@ q40VNNITile4x4_done:
 	RET
 
 // func q40VNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q40VNNITile4x1(SB), NOSPLIT, $0-56
 	MOVQ         w+8(FP), SI
 	MOVQ         wstride+16(FP), AX
@@ -1984,6 +2005,10 @@ TEXT ·q40VNNITile4x1(SB), NOSPLIT, $0-56
 	JZ           q40VNNITile4x1_done
 
 q40VNNITile4x1_loop:
+	PREFETCHT0      2048(SI)(BX*1)
+	PREFETCHT0      2048(R8)(BX*1)
+	PREFETCHT0      2048(R9)(BX*1)
+	PREFETCHT0      2048(R10)(BX*1)
 	VPBROADCASTW    (DI)(DX*1), X26
 	VCVTPH2PS       X26, Y26
 	VMOVDQU32       2(DI)(DX*1), Y24
@@ -2077,7 +2102,7 @@ q40VNNITile4x1_done:
 	RET
 
 // func q40RepackVNNIDot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, SSE
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
 TEXT ·q40RepackVNNIDot(SB), NOSPLIT, $0-28
 	MOVQ         w+8(FP), SI
 	MOVQ         x+16(FP), DI
@@ -2095,6 +2120,7 @@ TEXT ·q40RepackVNNIDot(SB), NOSPLIT, $0-28
 	JZ           q40RepackVNNIDot_done
 
 q40RepackVNNIDot_loop:
+	PREFETCHT0      2048(SI)(BX*1)
 	VPBROADCASTW    (SI)(BX*1), X20
 	VCVTPH2PS       X20, Y20
 	VBROADCASTI32X4 2(SI)(BX*1), Y16
@@ -2311,7 +2337,7 @@ q40RepackVNNITile4x4_done:
 	RET
 
 // func q40RepackVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q40RepackVNNITile4x1(SB), NOSPLIT, $0-56
 	MOVQ         w+8(FP), SI
 	MOVQ         wstride+16(FP), AX
@@ -2340,6 +2366,10 @@ TEXT ·q40RepackVNNITile4x1(SB), NOSPLIT, $0-56
 	JZ           q40RepackVNNITile4x1_done
 
 q40RepackVNNITile4x1_loop:
+	PREFETCHT0      2048(SI)(BX*1)
+	PREFETCHT0      2048(R8)(BX*1)
+	PREFETCHT0      2048(R9)(BX*1)
+	PREFETCHT0      2048(R10)(BX*1)
 	VPBROADCASTW    (DI)(DX*1), X26
 	VCVTPH2PS       X26, Y26
 	VMOVDQU32       2(DI)(DX*1), Y24
@@ -2399,7 +2429,7 @@ q40RepackVNNITile4x1_done:
 	RET
 
 // func mxfp4AVX2Dot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, F16C, FMA3, SSE
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
 TEXT ·mxfp4AVX2Dot(SB), NOSPLIT, $0-28
 	MOVQ           w+8(FP), SI
 	MOVQ           x+16(FP), DI
@@ -2421,6 +2451,7 @@ TEXT ·mxfp4AVX2Dot(SB), NOSPLIT, $0-28
 	JZ             mxfp4AVX2Dot_done
 
 mxfp4AVX2Dot_loop:
+	PREFETCHT0     2048(SI)(BX*1)
 	MOVBLZX        (SI)(BX*1), AX
 	VBROADCASTSS   (R13)(AX*4), Y6
 	VBROADCASTI128 1(SI)(BX*1), Y4
@@ -2499,7 +2530,7 @@ mxfp4AVX2Dot_even:
 	RET
 
 // func mxfp4AVX2Tile2x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·mxfp4AVX2Tile2x1(SB), NOSPLIT, $0-56
 	MOVQ           w+8(FP), SI
 	MOVQ           wstride+16(FP), AX
@@ -2526,6 +2557,8 @@ TEXT ·mxfp4AVX2Tile2x1(SB), NOSPLIT, $0-56
 	JZ             mxfp4AVX2Tile2x1_done
 
 mxfp4AVX2Tile2x1_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	PREFETCHT0     2048(R8)(BX*1)
 	VPBROADCASTW   (DI)(DX*1), X10
 	VCVTPH2PS      X10, Y10
 	VMOVDQU        2(DI)(DX*1), Y8
@@ -2657,7 +2690,7 @@ mxfp4AVX2Tile2x1_even:
 	RET
 
 // func mxfp4VNNIDot(nb int, w *byte, x *byte) float32
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, SSE
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
 TEXT ·mxfp4VNNIDot(SB), NOSPLIT, $0-28
 	MOVQ            w+8(FP), SI
 	MOVQ            x+16(FP), DI
@@ -2679,6 +2712,7 @@ TEXT ·mxfp4VNNIDot(SB), NOSPLIT, $0-28
 	JZ              mxfp4VNNIDot_done
 
 mxfp4VNNIDot_loop:
+	PREFETCHT0      2048(SI)(BX*1)
 	MOVBLZX         (SI)(BX*1), AX
 	VBROADCASTSS    (R13)(AX*4), Y20
 	VBROADCASTI32X4 1(SI)(BX*1), Y16
@@ -3175,7 +3209,7 @@ mxfp4VNNITile4x2_even:
 	RET
 
 // func mxfp4VNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·mxfp4VNNITile4x1(SB), NOSPLIT, $0-56
 	MOVQ            w+8(FP), SI
 	MOVQ            wstride+16(FP), AX
@@ -3210,6 +3244,10 @@ TEXT ·mxfp4VNNITile4x1(SB), NOSPLIT, $0-56
 	JZ              mxfp4VNNITile4x1_done
 
 mxfp4VNNITile4x1_loop:
+	PREFETCHT0      2048(SI)(BX*1)
+	PREFETCHT0      2048(R8)(BX*1)
+	PREFETCHT0      2048(R9)(BX*1)
+	PREFETCHT0      2048(R10)(BX*1)
 	VPBROADCASTW    (DI)(DX*1), X26
 	VCVTPH2PS       X26, Y26
 	VMOVDQU32       2(DI)(DX*1), Y24

@@ -253,6 +253,10 @@ func (q qkern) regs() qregs {
 
 // gen writes one quant tile kernel: W weight rows × X activation rows,
 // accumulator (i, j, h) in Y((i*W+j)*accs+h).
+// prefetchDist is how far ahead the one-activation-row kernels prefetch
+// weights (as kernels/amd64/kquant's).
+const prefetchDist = 2048
+
 func (q qkern) gen(name string, W, X int, dot bool) {
 	if dot {
 		TEXT(name, NOSPLIT, dotSig)
@@ -341,6 +345,17 @@ func (q qkern) gen(name string, W, X int, dot bool) {
 	TESTQ(RCX, RCX)
 	JZ(LabelRef(done))
 	Label(loop)
+	if X == 1 {
+		// One activation row (decode): each weight byte comes from DRAM
+		// once, and a row is too short for the hardware prefetcher to
+		// ramp up on; fetch the lines prefetchDist ahead (past a row's
+		// end that is the next row; a prefetch never faults).
+		for _, p := range wp {
+			for o := 0; o < na*wb; o += 64 {
+				PREFETCHT0(Mem{Base: p, Index: woff, Scale: 1, Disp: prefetchDist + o})
+			}
+		}
+	}
 	for h := 0; h < na; h++ {
 		q.block(r, wp, xp, woff, xoff, h*wb, h*34, q.kind == kRepack, func(i, j int) VecPhysical { return acc(i, j, h) })
 	}
