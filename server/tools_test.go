@@ -447,7 +447,7 @@ func TestToolErrors(t *testing.T) {
 		{`{"model":"stories",` + msgs + `,"tools":[{"type":"retrieval"}]}`, "tools[0].type", `only "function" tools`},
 		{`{"model":"stories",` + msgs + `,"tools":[{"type":"function","function":{"name":"f","color":1}}]}`, "tools[0].function.color", `unsupported field "tools[0].function.color"`},
 		{`{"model":"stories",` + msgs + `,` + fn(`[]`) + `}`, "tools[0].function.parameters", "must be a JSON schema object"},
-		{`{"model":"stories",` + msgs + `,` + fn(`{"type":"object","properties":{"a":{"type":"string","pattern":"x"}}}`) + `,"tool_choice":"required"}`, "tools[0].function.parameters", `at /properties/a: unsupported JSON Schema keyword "pattern"`},
+		{`{"model":"stories",` + msgs + `,` + fn(`{"type":"object","properties":{"a":{"type":"string","not":{}}}}`) + `,"tool_choice":"required"}`, "tools[0].function.parameters", `at /properties/a: unsupported JSON Schema keyword "not"`},
 		{`{"model":"stories",` + msgs + `,` + fn(`{}`) + `,"tool_choice":{"type":"function","function":{"name":"g"}}}`, "tool_choice", `"g", which is not in tools`},
 		{`{"model":"stories",` + msgs + `,` + fn(`{}`) + `,"tool_choice":"sometimes"}`, "tool_choice", `not "sometimes"`},
 		{`{"model":"stories",` + msgs + `,"tool_choice":"required"}`, "tool_choice", `needs tools`},

@@ -157,7 +157,8 @@ func writeJSONString(w *bytes.Buffer, s string) {
 var (
 	schemaKeywords = map[string]bool{"type": true, "properties": true, "required": true, "enum": true, "const": true,
 		"items": true, "additionalProperties": true, "anyOf": true, "minItems": true, "maxItems": true,
-		"minLength": true, "maxLength": true, "$ref": true, "$defs": true, "definitions": true}
+		"minLength": true, "maxLength": true, "minimum": true, "maximum": true, "exclusiveMinimum": true,
+		"exclusiveMaximum": true, "prefixItems": true, "allOf": true, "oneOf": true, "minProperties": true, "maxProperties": true, "pattern": true, "$ref": true, "$defs": true, "definitions": true}
 	schemaAnnotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 		"$schema": true, "$id": true, "$comment": true, "format": true, "deprecated": true, "readOnly": true,
 		"writeOnly": true}
@@ -224,7 +225,6 @@ func (c *compiler) sep(s string) seq { return cat(seq{c.ws()}, c.b.lit(s), seq{c
 func (c *compiler) char() elem {
 	return c.generic("char", func() seq {
 		b := c.b
-		cont := b.chars(0x80, 0xbf)
 		hex := b.chars('0', '9', 'a', 'f', 'A', 'F')
 		esc := b.rule(
 			seq{b.chars('"', '"', '\\', '\\', '/', '/', 'b', 'b', 'f', 'f', 'n', 'n', 'r', 'r', 't', 't')},
@@ -233,13 +233,7 @@ func (c *compiler) char() elem {
 		)
 		return seq{b.rule(
 			seq{b.chars(0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f)},
-			seq{b.chars(0xc2, 0xdf), cont},
-			seq{b.chars(0xe0, 0xe0), b.chars(0xa0, 0xbf), cont},
-			seq{b.chars(0xe1, 0xec, 0xee, 0xef), cont, cont},
-			seq{b.chars(0xed, 0xed), b.chars(0x80, 0x9f), cont},
-			seq{b.chars(0xf0, 0xf0), b.chars(0x90, 0xbf), cont, cont},
-			seq{b.chars(0xf1, 0xf3), cont, cont, cont},
-			seq{b.chars(0xf4, 0xf4), b.chars(0x80, 0x8f), cont, cont},
+			seq{c.nonASCII()},
 			seq{b.chars('\\', '\\'), esc},
 		)}
 	})
@@ -348,6 +342,13 @@ func (c *compiler) value(s *jv, path string, depth int) (seq, error) {
 			return nil, c.fail(path, "unsupported JSON Schema keyword %q", k)
 		}
 	}
+	if s.get("allOf") != nil {
+		m, err := c.mergeAllOf(s, path, depth)
+		if err != nil {
+			return nil, err
+		}
+		return c.value(m, path, depth+1)
+	}
 	if r := s.get("$ref"); r != nil {
 		for _, k := range s.keys {
 			if schemaKeywords[k] && k != "$ref" && k != "$defs" && k != "definitions" {
@@ -381,18 +382,27 @@ func (c *compiler) value(s *jv, path string, depth int) (seq, error) {
 		}
 		return seq{c.b.rule(alts...)}, nil
 	}
-	if a := s.get("anyOf"); a != nil {
+	for _, kw := range []string{"anyOf", "oneOf"} {
+		a := s.get(kw)
+		if a == nil {
+			continue
+		}
 		for _, k := range s.keys {
-			if schemaKeywords[k] && k != "anyOf" && k != "$defs" && k != "definitions" {
-				return nil, c.fail(path, "unsupported: keyword %q beside anyOf (move it into each branch)", k)
+			if schemaKeywords[k] && k != kw && k != "$defs" && k != "definitions" {
+				return nil, c.fail(path, "unsupported: keyword %q beside %s (move it into each branch)", k, kw)
 			}
 		}
 		if a.kind != 'a' || len(a.arr) == 0 {
-			return nil, c.fail(path+"/anyOf", "anyOf must be a non-empty array")
+			return nil, c.fail(path+"/"+kw, "%s must be a non-empty array", kw)
+		}
+		if kw == "oneOf" {
+			if err := c.checkOneOf(a, path); err != nil {
+				return nil, err
+			}
 		}
 		var alts []seq
 		for i, x := range a.arr {
-			sq, err := c.value(x, fmt.Sprintf("%s/anyOf/%d", path, i), depth+1)
+			sq, err := c.value(x, fmt.Sprintf("%s/%s/%d", path, kw, i), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -402,12 +412,15 @@ func (c *compiler) value(s *jv, path string, depth int) (seq, error) {
 	}
 	if types == nil {
 		switch {
-		case s.get("properties") != nil || s.get("required") != nil || s.get("additionalProperties") != nil:
+		case s.get("properties") != nil || s.get("required") != nil || s.get("additionalProperties") != nil ||
+			s.get("minProperties") != nil || s.get("maxProperties") != nil:
 			types = []string{"object"}
-		case s.get("items") != nil || s.get("minItems") != nil || s.get("maxItems") != nil:
+		case s.get("items") != nil || s.get("prefixItems") != nil || s.get("minItems") != nil || s.get("maxItems") != nil:
 			types = []string{"array"}
-		case s.get("minLength") != nil || s.get("maxLength") != nil:
+		case s.get("minLength") != nil || s.get("maxLength") != nil || s.get("pattern") != nil:
 			types = []string{"string"}
+		case hasNumericBound(s):
+			types = []string{"number"}
 		default:
 			return seq{c.anyValue()}, nil
 		}
@@ -481,10 +494,25 @@ func (c *compiler) typed(s *jv, t, path string, depth int) (seq, error) {
 	case "boolean":
 		return seq{c.generic("boolean", func() seq { return seq{b.rule(b.lit("true"), b.lit("false"))} })}, nil
 	case "integer":
+		if sq, ok, err := c.boundedInteger(s, path); ok || err != nil {
+			return sq, err
+		}
 		return seq{c.integer()}, nil
 	case "number":
+		if hasNumericBound(s) {
+			return nil, c.fail(path, "unsupported: numeric bounds on type number (only type integer is bounded)")
+		}
 		return seq{c.number()}, nil
 	case "string":
+		if pt := s.get("pattern"); pt != nil {
+			if pt.kind != 's' {
+				return nil, c.fail(path+"/pattern", "pattern must be a string")
+			}
+			if s.get("minLength") != nil || s.get("maxLength") != nil {
+				return nil, c.fail(path, "unsupported: pattern beside minLength/maxLength (put the length in the pattern)")
+			}
+			return c.pattern(pt.str, path)
+		}
 		lo, _, err := intKey(s, "minLength", path, c)
 		if err != nil {
 			return nil, err
@@ -519,11 +547,22 @@ func (c *compiler) typed(s *jv, t, path string, depth int) (seq, error) {
 		item := seq{c.anyValue()}
 		if it := s.get("items"); it != nil {
 			if it.kind == 'a' {
-				return nil, c.fail(path+"/items", "unsupported: items as an array (prefixItems)")
+				return nil, c.fail(path+"/items", "unsupported: items as an array (use prefixItems)")
 			}
-			if item, err = c.value(it, path+"/items", depth+1); err != nil {
+			if it.kind == 'b' && !it.b {
+				item = nil // no items past prefixItems
+			} else if item, err = c.value(it, path+"/items", depth+1); err != nil {
 				return nil, err
 			}
+		}
+		if pi := s.get("prefixItems"); pi != nil {
+			return c.tuple(pi, item, lo, hi, path, depth)
+		}
+		if item == nil {
+			if lo > 0 {
+				return nil, c.fail(path, "items false leaves no array of minItems %d", lo)
+			}
+			hi = 0
 		}
 		return seq{c.arrayOf(item, lo, hi)}, nil
 	}
@@ -566,7 +605,29 @@ func (c *compiler) object(s *jv, path string, depth int) (seq, error) {
 	case props == nil || len(props.keys) == 0:
 		extra = seq{c.anyValue()}
 	}
+	pLo, hasLo, err := intKey(s, "minProperties", path, c)
+	if err != nil {
+		return nil, err
+	}
+	pHi, hasHi, err := intKey(s, "maxProperties", path, c)
+	if err != nil {
+		return nil, err
+	}
+	counted := hasLo && pLo > 0 || hasHi
+	if counted && extra != nil {
+		kw := "minProperties"
+		if hasHi {
+			kw = "maxProperties"
+		}
+		return nil, c.fail(path, "unsupported: %q with additional properties allowed (counted over the listed properties only; set additionalProperties false)", kw)
+	}
+	if !hasHi {
+		pHi = -1
+	}
 	if props == nil || len(props.keys) == 0 {
+		if counted && pLo > 0 {
+			return nil, c.fail(path, "no object satisfies minProperties %d without properties", pLo)
+		}
 		if extra == nil {
 			return cat(b.lit("{"), seq{c.ws()}, b.lit("}")), nil
 		}
@@ -589,6 +650,9 @@ func (c *compiler) object(s *jv, path string, depth int) (seq, error) {
 		var w bytes.Buffer
 		writeJSONString(&w, k)
 		kvs[i] = cat(b.lit(w.String()), c.sep(":"), v)
+	}
+	if counted {
+		return c.countedObject(props.keys, kvs, required, pLo, pHi, path)
 	}
 	// R(i): the rest from property i once one was written; F(i): the same
 	// before any was. Built from the end.
@@ -718,4 +782,114 @@ func (c *compiler) parts(parts []Part) (seq, error) {
 		}
 	}
 	return out, nil
+}
+
+// tuple is an array whose element i matches prefixItems[i] and whose
+// later elements match item (nil: none allowed), with lo..hi elements
+// (hi < 0: unbounded). A tuple may stop before the prefix ends.
+func (c *compiler) tuple(pi *jv, item seq, lo, hi int, path string, depth int) (seq, error) {
+	b := c.b
+	if pi.kind != 'a' || len(pi.arr) == 0 {
+		return nil, c.fail(path+"/prefixItems", "prefixItems must be a non-empty array")
+	}
+	n := len(pi.arr)
+	if item == nil && lo > n {
+		return nil, c.fail(path, "minItems %d exceeds the %d prefixItems and items is false", lo, n)
+	}
+	pre := make([]seq, n)
+	for i, x := range pi.arr {
+		sq, err := c.value(x, fmt.Sprintf("%s/prefixItems/%d", path, i), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		pre[i] = sq
+	}
+	// rest(i): the elements from index i on, each after a comma.
+	var rest func(i int) seq
+	rest = func(i int) seq {
+		if hi >= 0 && i >= hi {
+			return seq{}
+		}
+		if i >= n {
+			if item == nil {
+				return seq{}
+			}
+			top := -1
+			if hi >= 0 {
+				top = hi - i
+			}
+			return b.repeat(cat(c.sep(","), item), max(lo-i, 0), top)
+		}
+		part := cat(c.sep(","), pre[i], rest(i+1))
+		if i >= lo {
+			return seq{b.opt(part)}
+		}
+		return part
+	}
+	open, close := cat(b.lit("["), seq{c.ws()}), cat(seq{c.ws()}, b.lit("]"))
+	if hi == 0 {
+		return cat(open, close), nil
+	}
+	body := cat(pre[0], rest(1))
+	if lo == 0 {
+		body = seq{b.opt(body)}
+	}
+	return cat(open, body, close), c.b.err
+}
+
+// countedObject is an object of the listed properties only, in order,
+// with lo..hi of them (hi < 0: no upper bound): node(i, k) is the rest
+// from property i once k were written.
+func (c *compiler) countedObject(keys []string, kvs []seq, required map[string]bool, lo, hi int, path string) (seq, error) {
+	b := c.b
+	n := len(kvs)
+	kvr := make([]elem, n)
+	for i := range kvs {
+		kvr[i] = b.rule(kvs[i])
+	}
+	type key struct{ i, k int }
+	memo := map[key]*elem{}
+	var node func(i, k int) *elem
+	node = func(i, k int) *elem {
+		if e, ok := memo[key{i, k}]; ok {
+			return e
+		}
+		var out *elem
+		if i == n {
+			if k >= lo && (hi < 0 || k <= hi) {
+				e := b.rule(seq{})
+				out = &e
+			}
+		} else {
+			var alts []seq
+			if hi < 0 || k < hi {
+				if next := node(i+1, k+1); next != nil {
+					a := seq{kvr[i], *next}
+					if k > 0 {
+						a = cat(c.sep(","), a)
+					}
+					alts = append(alts, a)
+				}
+			}
+			if !required[keys[i]] {
+				if next := node(i+1, k); next != nil {
+					alts = append(alts, seq{*next})
+				}
+			}
+			if alts != nil {
+				e := b.rule(alts...)
+				out = &e
+			}
+		}
+		memo[key{i, k}] = out
+		return out
+	}
+	root := node(0, 0)
+	if b.err != nil {
+		return nil, b.err
+	}
+	if root == nil {
+		return nil, c.fail(path, "no object of the listed properties satisfies minProperties %d / maxProperties %d and required", lo, hi)
+	}
+	return cat(b.lit("{"), seq{c.ws()}, seq{*root}, seq{c.ws()}, b.lit("}")), nil
 }
