@@ -112,8 +112,9 @@ type kern struct {
 	isa    string // "go", or the native kernel's instruction set
 	dot    func(n int, w, x []byte) float32
 	tile   cpukern.Tile
-	tw, tx int          // the tile's weight rows and activation rows (1, 1 without one)
-	rows   cpukern.Rows // optional: a block of weight rows with one activation row in one call
+	tw, tx int                 // the tile's weight rows and activation rows (1, 1 without one)
+	rows   cpukern.Rows        // optional: a block of weight rows with one activation row in one call
+	small  []cpukern.SmallTile // optional: 1×X tiles for fewer rows than tx, largest first
 }
 
 func pickKern(t quant.Type, order string) kern {
@@ -129,6 +130,7 @@ func pickKern(t quant.Type, order string) kern {
 			k.tile, k.tw, k.tx = nk.Tile, nk.TileW, nk.TileX
 		}
 		k.rows = nk.Rows
+		k.small = nk.Small
 	}
 	return k
 }
@@ -327,9 +329,11 @@ func (m *matmul) block(j0, j1, i0, i1 int) {
 	in, out, wrb, qrb, lo, ylo := m.in, m.out, m.wrb, m.qrb, m.lo, m.ylo
 	wd, q, y := m.w.Data, m.r.qbuf, m.y
 	if k.rows != nil && (k.tile == nil || i1-i0 < k.tx) {
-		// Decode (or too few rows for the tile): the whole weight block
-		// against each activation row, one call apiece.
-		for i := i0; i < i1; i++ {
+		// Decode (or too few rows for the tile): a few concurrent streams
+		// share each weight row's read through the small tiles; the rest
+		// get the whole weight block against each activation row, one
+		// call apiece.
+		for i := m.small(j0, j1, i0, i1); i < i1; i++ {
 			yr := (i - ylo) * out
 			k.rows(in, wd[j0*wrb:j1*wrb], wrb, q[(i-lo)*qrb:(i-lo+1)*qrb], y[yr+j0:yr+j1])
 		}
@@ -341,6 +345,9 @@ func (m *matmul) block(j0, j1, i0, i1 int) {
 			i := i0
 			for ; i+k.tx <= i1; i += k.tx {
 				k.tile(in, wd[j*wrb:], wrb, q[(i-lo)*qrb:], qrb, y[(i-ylo)*out+j:], out)
+			}
+			if k.tw == 1 {
+				i = m.small(j, j+1, i, i1)
 			}
 			for ; i < i1; i++ {
 				qr := q[(i-lo)*qrb : (i-lo+1)*qrb]
@@ -356,6 +363,22 @@ func (m *matmul) block(j0, j1, i0, i1 int) {
 			y[(i-ylo)*out+j] = k.dot(in, wr, q[(i-lo)*qrb:(i-lo+1)*qrb])
 		}
 	}
+}
+
+// small computes weight rows [j0, j1) of activation rows from i0 with the
+// small tiles, largest first, and returns the first row it left (i1 at most).
+func (m *matmul) small(j0, j1, i0, i1 int) int {
+	in, out, wrb, qrb, lo, ylo := m.in, m.out, m.wrb, m.qrb, m.lo, m.ylo
+	wd, q, y := m.w.Data, m.r.qbuf, m.y
+	i := i0
+	for _, s := range m.k.small {
+		for ; i+s.X <= i1; i += s.X {
+			for j := j0; j < j1; j++ {
+				s.Tile(in, wd[j*wrb:], wrb, q[(i-lo)*qrb:], qrb, y[(i-ylo)*out+j:], out)
+			}
+		}
+	}
+	return i
 }
 
 // defaults are the untuned parameters: blocks of weights and activations

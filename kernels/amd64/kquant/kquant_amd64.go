@@ -42,6 +42,14 @@ const (
 	q6kDot8VNNIID
 	q4kr8Dot1VNNIID
 	q4kr8Dot8VNNIID
+	q4kDot4VNNIID
+	q5kDot4VNNIID
+	q6kDot4VNNIID
+	q4kr8Dot4VNNIID
+	q4kDot2VNNIID
+	q5kDot2VNNIID
+	q6kDot2VNNIID
+	q4kr8Dot2VNNIID
 )
 
 // asmRows names one generated rows kernel (cpukern.Rows), called like
@@ -117,35 +125,54 @@ func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
 		q4kr8Dot1VNNI(nb, w, x, xstride, out)
 	case q4kr8Dot8VNNIID:
 		q4kr8Dot8VNNI(nb, w, x, xstride, out)
+	case q4kDot4VNNIID:
+		q4kDot4VNNI(nb, w, x, xstride, out)
+	case q5kDot4VNNIID:
+		q5kDot4VNNI(nb, w, x, xstride, out)
+	case q6kDot4VNNIID:
+		q6kDot4VNNI(nb, w, x, xstride, out)
+	case q4kr8Dot4VNNIID:
+		q4kr8Dot4VNNI(nb, w, x, xstride, out)
+	case q4kDot2VNNIID:
+		q4kDot2VNNI(nb, w, x, xstride, out)
+	case q5kDot2VNNIID:
+		q5kDot2VNNI(nb, w, x, xstride, out)
+	case q6kDot2VNNIID:
+		q6kDot2VNNI(nb, w, x, xstride, out)
+	case q4kr8Dot2VNNIID:
+		q4kr8Dot2VNNI(nb, w, x, xstride, out)
 	default:
 		panic(fmt.Sprintf("kquant: no kernel %d", f))
 	}
 }
 
 // kind is one order's generated Dot, 1×8 Tile and Rows for one ISA (the zmm ones
-// rank above AVX2: about as fast or faster in the measured cases).
+// rank above AVX2: about as fast or faster in the measured cases), and its
+// 1×4 and 1×2 small tiles where generated.
 type kind struct {
-	order string
-	t     quant.Type
-	bytes int
-	one   asmDot
-	tile  asmDot
-	rows  asmRows
-	isa   string
-	rank  int
-	ok    bool // the CPU has isa
+	order  string
+	t      quant.Type
+	bytes  int
+	one    asmDot
+	tile   asmDot
+	rows   asmRows
+	isa    string
+	rank   int
+	ok     bool // the CPU has isa
+	small4 asmDot
+	small2 asmDot
 }
 
 func kinds() []kind {
 	return []kind{
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2},
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, q4kRowsVNNIID, "avx512vnni", 20, hasVNNI},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, q4kRowsVNNIID, "avx512vnni", 20, hasVNNI, q4kDot4VNNIID, q4kDot2VNNIID},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI, q5kDot4VNNIID, q5kDot2VNNIID},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI, q6kDot4VNNIID, q6kDot2VNNIID},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI, q4kr8Dot4VNNIID, q4kr8Dot2VNNIID},
 	}
 }
 
@@ -156,7 +183,8 @@ func init() {
 		}
 		cpukern.Register(cpukern.Kernel{
 			Order: k.order, Type: k.t, ISA: k.isa, Rank: k.rank,
-			Dot: dotFunc(k), Tile: tileFunc(k), TileW: 1, TileX: tileX, Rows: rowsFunc(k),
+			Dot: dotFunc(k), Tile: tileFunc(k, k.tile, tileX), TileW: 1, TileX: tileX, Rows: rowsFunc(k),
+			Small: smallTiles(k),
 		})
 	}
 	if hasAVX2 {
@@ -190,7 +218,17 @@ func dotFunc(k kind) cpukern.Dot {
 	}
 }
 
-func tileFunc(k kind) cpukern.Tile {
+// smallTiles are k's 1×4 and 1×2 tiles, if it has them (0 is the AVX2
+// one-row dot's id, never a small tile's).
+func smallTiles(k kind) []cpukern.SmallTile {
+	if k.small4 == 0 {
+		return nil
+	}
+	return []cpukern.SmallTile{{X: 4, Tile: tileFunc(k, k.small4, 4)}, {X: 2, Tile: tileFunc(k, k.small2, 2)}}
+}
+
+// tileFunc is the 1×tx Tile of the generated dot f.
+func tileFunc(k kind, f asmDot, tx int) cpukern.Tile {
 	return func(n int, w []byte, wstride int, x []byte, xstride int, out []float32, ostride int) {
 		nb := check(k.order, n, k.bytes, len(w), len(x))
 		rb := nb * k.bytes
@@ -198,15 +236,15 @@ func tileFunc(k kind) cpukern.Tile {
 			panic(fmt.Sprintf("kquant %s: strides w=%d x=%d out=%d below a row (%d, %d, 1)",
 				k.order, wstride, xstride, ostride, rb, nb*q8kBytes))
 		}
-		if len(w) < rb || len(x) < (tileX-1)*xstride+nb*q8kBytes || len(out) < (tileX-1)*ostride+1 {
+		if len(w) < rb || len(x) < (tx-1)*xstride+nb*q8kBytes || len(out) < (tx-1)*ostride+1 {
 			panic(fmt.Sprintf("kquant %s: a 1×%d tile needs %d x and %d out values past the strides",
-				k.order, tileX, (tileX-1)*xstride+nb*q8kBytes, (tileX-1)*ostride+1))
+				k.order, tx, (tx-1)*xstride+nb*q8kBytes, (tx-1)*ostride+1))
 		}
-		var o [tileX]float32
+		var o [tileX]float32 // tx ≤ tileX
 		if nb > 0 {
-			callDot(k.tile, nb, &w[0], &x[0], xstride, &o[0])
+			callDot(f, nb, &w[0], &x[0], xstride, &o[0])
 		}
-		for i, v := range o {
+		for i, v := range o[:tx] {
 			out[i*ostride] = v
 		}
 	}

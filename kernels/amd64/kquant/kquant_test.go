@@ -145,36 +145,74 @@ func TestDotMatchesCpugen(t *testing.T) {
 	}
 }
 
+// tiles are k's Tile and small tiles as (tile, weight rows, activation rows).
+func tiles(k cpukern.Kernel) []struct {
+	f    cpukern.Tile
+	w, x int
+} {
+	var l []struct {
+		f    cpukern.Tile
+		w, x int
+	}
+	if k.Tile != nil {
+		l = append(l, struct {
+			f    cpukern.Tile
+			w, x int
+		}{k.Tile, k.TileW, k.TileX})
+	}
+	for _, s := range k.Small {
+		l = append(l, struct {
+			f    cpukern.Tile
+			w, x int
+		}{s.Tile, 1, s.X})
+	}
+	return l
+}
+
+// TestTileMatchesCpugen holds every tile shape to cpugen and the Dot, bit
+// for bit, over padded strides, and checks nothing is written outside its
+// outputs (the padding and the tail keep a NaN sentinel).
 func TestTileMatchesCpugen(t *testing.T) {
 	for _, o := range orders {
 		for _, k := range registered(t, o.name) {
-			if k.Tile == nil {
-				continue
-			}
-			t.Run(fmt.Sprintf("%s/%s", o.name, k.ISA), func(t *testing.T) {
-				r := rand.New(rand.NewPCG(2, uint64(len(o.name))))
-				for _, n := range lengths {
-					nb := n / qk
-					// padded strides, so a tile that ignores them shows
-					wstride, xstride, ostride := nb*o.blk.Bytes+o.blk.Bytes, nb*q8kBytes+q8kBytes, k.TileW+3
-					w := weights(o.blk, (k.TileW*wstride)/o.blk.Bytes, r)
-					x := make([]byte, k.TileX*xstride)
-					for i := 0; i < k.TileX; i++ {
-						copy(x[i*xstride:], activations(n, r))
-					}
-					out := make([]float32, k.TileX*ostride)
-					k.Tile(n, w, wstride, x, xstride, out, ostride)
-					for i := 0; i < k.TileX; i++ {
-						for j := 0; j < k.TileW; j++ {
-							got := out[i*ostride+j]
-							agree(t, o.name, n, w[j*wstride:], x[i*xstride:], got, fmt.Sprintf("out[%d,%d]", i, j))
-							if d := k.Dot(n, w[j*wstride:], x[i*xstride:]); !sameBits(d, got) {
-								t.Fatalf("n=%d out[%d,%d]: tile %v, its Dot %v", n, i, j, got, d)
+			for _, tl := range tiles(k) {
+				t.Run(fmt.Sprintf("%s/%s/%dx%d", o.name, k.ISA, tl.w, tl.x), func(t *testing.T) {
+					r := rand.New(rand.NewPCG(2, uint64(len(o.name)+tl.x)))
+					sentinel := math.Float32frombits(0x7fc0dead)
+					for _, n := range lengths {
+						nb := n / qk
+						// padded strides, so a tile that ignores them shows
+						wstride, xstride, ostride := nb*o.blk.Bytes+o.blk.Bytes, nb*q8kBytes+q8kBytes, tl.w+3
+						w := weights(o.blk, (tl.w*wstride)/o.blk.Bytes, r)
+						x := make([]byte, tl.x*xstride)
+						for i := 0; i < tl.x; i++ {
+							copy(x[i*xstride:], activations(n, r))
+						}
+						out := make([]float32, tl.x*ostride+8)
+						for i := range out {
+							out[i] = sentinel
+						}
+						tl.f(n, w, wstride, x, xstride, out, ostride)
+						for i := range out {
+							if i/ostride < tl.x && i%ostride < tl.w {
+								continue
+							}
+							if math.Float32bits(out[i]) != math.Float32bits(sentinel) {
+								t.Fatalf("n=%d: out[%d] (outside the tile) written: %v", n, i, out[i])
+							}
+						}
+						for i := 0; i < tl.x; i++ {
+							for j := 0; j < tl.w; j++ {
+								got := out[i*ostride+j]
+								agree(t, o.name, n, w[j*wstride:], x[i*xstride:], got, fmt.Sprintf("out[%d,%d]", i, j))
+								if d := k.Dot(n, w[j*wstride:], x[i*xstride:]); !sameBits(d, got) {
+									t.Fatalf("n=%d out[%d,%d]: tile %v, its Dot %v", n, i, j, got, d)
+								}
 							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -222,6 +260,7 @@ func TestRowsMatchesCpugen(t *testing.T) {
 func TestShortRowsPanic(t *testing.T) {
 	for _, o := range orders {
 		for _, k := range registered(t, o.name) {
+			var fs []func()
 			for _, f := range []func(){
 				func() { k.Dot(512, make([]byte, o.blk.Bytes), make([]byte, 2*q8kBytes)) },
 				func() { k.Dot(300, make([]byte, 2*o.blk.Bytes), make([]byte, 2*q8kBytes)) },
@@ -235,6 +274,14 @@ func TestShortRowsPanic(t *testing.T) {
 					k.Rows(512, make([]byte, 4*o.blk.Bytes), o.blk.Bytes, make([]byte, 2*q8kBytes), make([]float32, 2))
 				},
 			} {
+				fs = append(fs, f)
+			}
+			for _, sm := range k.Small { // the last activation row short
+				fs = append(fs, func() {
+					sm.Tile(256, make([]byte, o.blk.Bytes), o.blk.Bytes, make([]byte, sm.X*q8kBytes-1), q8kBytes, make([]float32, sm.X), 1)
+				})
+			}
+			for _, f := range fs {
 				func() {
 					defer func() {
 						if recover() == nil {
@@ -335,6 +382,25 @@ func fuzzDot(f *testing.F, which int) {
 		}
 		for _, k := range ks {
 			agree(t, o.name, nb*qk, w, x, k.Dot(nb*qk, w, x), k.ISA)
+			// every tile shape: x first, the other rows random
+			for _, tl := range tiles(k) {
+				if tl.w != 1 {
+					continue
+				}
+				xs := make([]byte, tl.x*len(x))
+				copy(xs, x)
+				for i := len(x); i < len(xs); i++ {
+					xs[i] = byte(r.Uint32())
+				}
+				for i := 0; i < tl.x*nb; i++ {
+					fixBsums(xs[i*q8kBytes : (i+1)*q8kBytes])
+				}
+				out := make([]float32, tl.x)
+				tl.f(nb*qk, w, len(w), xs, len(x), out, 1)
+				for i, got := range out {
+					agree(t, o.name, nb*qk, w, xs[i*len(x):], got, fmt.Sprintf("%s 1×%d row %d", k.ISA, tl.x, i))
+				}
+			}
 		}
 	})
 }
@@ -385,14 +451,18 @@ func BenchmarkDot(b *testing.B) {
 						k.Dot(n, w, x)
 					}
 				})
-				b.Run(fmt.Sprintf("%s/n=%d/%s-tile%dx%d", o.name, n, k.ISA, k.TileW, k.TileX), func(b *testing.B) {
-					b.SetBytes(int64(len(w)))
-					xs := n / qk * q8kBytes
-					out := make([]float32, k.TileX)
-					for b.Loop() {
-						k.Tile(n, w, len(w), x, xs, out, 1)
-					}
-				})
+				for _, tl := range tiles(k) {
+					// bytes: the weight row once per tile call; per activation row, see ns/op / x
+					b.Run(fmt.Sprintf("%s/n=%d/%s-tile%dx%d", o.name, n, k.ISA, tl.w, tl.x), func(b *testing.B) {
+						b.SetBytes(int64(len(w)))
+						xs := n / qk * q8kBytes
+						out := make([]float32, tl.x)
+						for b.Loop() {
+							tl.f(n, w, len(w), x, xs, out, 1)
+						}
+						b.ReportMetric(float64(n*tl.x)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+					})
+				}
 			}
 		}
 	}
@@ -433,6 +503,11 @@ func TestNoAllocations(t *testing.T) {
 			}
 			if a := testing.AllocsPerRun(50, func() { k.Tile(n, w, len(w), x, xs, out, 1) }); a != 0 {
 				t.Errorf("%s/%s Tile: %v allocations a call", order, k.ISA, a)
+			}
+			for _, sm := range k.Small {
+				if a := testing.AllocsPerRun(50, func() { sm.Tile(n, w, len(w), x, xs, out, 1) }); a != 0 {
+					t.Errorf("%s/%s 1×%d tile: %v allocations a call", order, k.ISA, sm.X, a)
+				}
 			}
 			if a := testing.AllocsPerRun(50, func() { k.Rows(n, w, len(w), x, out[:1]) }); a != 0 {
 				t.Errorf("%s/%s Rows: %v allocations a call", order, k.ISA, a)

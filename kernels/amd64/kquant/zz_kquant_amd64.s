@@ -6673,6 +6673,1646 @@ q6kDot8VNNI_done:
 	VZEROUPPER
 	RET
 
+// func q4kDot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q4kDot4VNNI(SB), NOSPLIT, $192-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVUPS   Y0, 48(SP)
+	VMOVUPS   X0, 80(SP)
+	VMOVUPS   Y0, 96(SP)
+	VMOVUPS   X0, 128(SP)
+	VMOVUPS   Y0, 144(SP)
+	VMOVUPS   X0, 176(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     AX, AX
+	JZ        q4kDot4VNNI_done
+
+q4kDot4VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	MOVL            4(CX), DI
+	MOVL            8(CX), R8
+	MOVL            12(CX), R9
+	MOVL            R9, R10
+	SHRL            $0x04, R10
+	ANDL            $0x0f0f0f0f, R10
+	MOVL            R8, R11
+	SHRL            $0x06, R11
+	ANDL            $0x03030303, R11
+	SHLL            $0x04, R11
+	ORL             R11, R10
+	SHLQ            $0x20, R10
+	MOVL            R8, R11
+	ANDL            $0x3f3f3f3f, R11
+	ORQ             R11, R10
+	ANDL            $0x0f0f0f0f, R9
+	MOVL            DI, R11
+	SHRL            $0x06, R11
+	ANDL            $0x03030303, R11
+	SHLL            $0x04, R11
+	ORL             R11, R9
+	SHLQ            $0x20, R9
+	ANDL            $0x3f3f3f3f, DI
+	ORQ             R9, DI
+	VMOVQ           DI, X0
+	VPINSRQ         $0x01, R10, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VBROADCASTI64X4 16(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1504(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      4(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      4(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      4(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      4(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 48(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1568(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      68(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      68(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      68(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      68(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 80(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1632(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      132(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      132(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      132(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      132(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 112(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1696(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      196(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      196(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      196(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      196(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y8
+	VEXTRACTI64X4   $0x01, Z5, Y0
+	VPADDD          Y0, Y5, Y9
+	VEXTRACTI64X4   $0x01, Z6, Y0
+	VPADDD          Y0, Y6, Y10
+	VEXTRACTI64X4   $0x01, Z7, Y0
+	VPADDD          Y0, Y7, Y11
+	VMOVSS          (CX), X12
+	VCVTPH2PS       X12, X12
+	VBROADCASTSS    (DX), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X13
+	VSHUFPS         $0x55, X13, X13, X13
+	VBROADCASTSS    X0, Y14
+	VMOVDQU         260(DX), X0
+	VPHADDW         276(DX), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         32(SP), X15
+	VFMADD231PS     X0, X13, X15
+	VMOVUPS         X15, 32(SP)
+	VCVTDQ2PS       Y8, Y8
+	VMOVUPS         (SP), Y0
+	VFMADD231PS     Y8, Y14, Y0
+	VMOVUPS         Y0, (SP)
+	VBROADCASTSS    (DX)(BX*1), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X8
+	VSHUFPS         $0x55, X8, X8, X8
+	VBROADCASTSS    X0, Y13
+	VMOVDQU         260(DX)(BX*1), X0
+	VPHADDW         276(DX)(BX*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         80(SP), X14
+	VFMADD231PS     X0, X8, X14
+	VMOVUPS         X14, 80(SP)
+	VCVTDQ2PS       Y9, Y9
+	VMOVUPS         48(SP), Y0
+	VFMADD231PS     Y9, Y13, Y0
+	VMOVUPS         Y0, 48(SP)
+	VBROADCASTSS    (DX)(BX*2), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X8
+	VSHUFPS         $0x55, X8, X8, X8
+	VBROADCASTSS    X0, Y9
+	VMOVDQU         260(DX)(BX*2), X0
+	VPHADDW         276(DX)(BX*2), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         128(SP), X13
+	VFMADD231PS     X0, X8, X13
+	VMOVUPS         X13, 128(SP)
+	VCVTDQ2PS       Y10, Y10
+	VMOVUPS         96(SP), Y0
+	VFMADD231PS     Y10, Y9, Y0
+	VMOVUPS         Y0, 96(SP)
+	VBROADCASTSS    (DX)(SI*1), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X8
+	VSHUFPS         $0x55, X8, X8, X8
+	VBROADCASTSS    X0, Y9
+	VMOVDQU         260(DX)(SI*1), X0
+	VPHADDW         276(DX)(SI*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         176(SP), X3
+	VFMADD231PS     X0, X8, X3
+	VMOVUPS         X3, 176(SP)
+	VCVTDQ2PS       Y11, Y11
+	VMOVUPS         144(SP), Y0
+	VFMADD231PS     Y11, Y9, Y0
+	VMOVUPS         Y0, 144(SP)
+	ADDQ            $0x00000090, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q4kDot4VNNI_blk
+
+q4kDot4VNNI_done:
+	MOVQ          out+32(FP), AX
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       32(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, (AX)
+	VMOVUPS       48(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       80(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 4(AX)
+	VMOVUPS       96(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       128(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 8(AX)
+	VMOVUPS       144(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       176(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 12(AX)
+	VZEROUPPER
+	RET
+
+// func q5kDot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q5kDot4VNNI(SB), NOSPLIT, $192-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVUPS   Y0, 48(SP)
+	VMOVUPS   X0, 80(SP)
+	VMOVUPS   Y0, 96(SP)
+	VMOVUPS   X0, 128(SP)
+	VMOVUPS   Y0, 144(SP)
+	VMOVUPS   X0, 176(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     AX, AX
+	JZ        q5kDot4VNNI_done
+
+q5kDot4VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	MOVL            4(CX), DI
+	MOVL            8(CX), R8
+	MOVL            12(CX), R9
+	MOVL            R9, R10
+	SHRL            $0x04, R10
+	ANDL            $0x0f0f0f0f, R10
+	MOVL            R8, R11
+	SHRL            $0x06, R11
+	ANDL            $0x03030303, R11
+	SHLL            $0x04, R11
+	ORL             R11, R10
+	SHLQ            $0x20, R10
+	MOVL            R8, R11
+	ANDL            $0x3f3f3f3f, R11
+	ORQ             R11, R10
+	ANDL            $0x0f0f0f0f, R9
+	MOVL            DI, R11
+	SHRL            $0x06, R11
+	ANDL            $0x03030303, R11
+	SHLL            $0x04, R11
+	ORL             R11, R9
+	SHLQ            $0x20, R9
+	ANDL            $0x3f3f3f3f, DI
+	ORQ             R9, DI
+	VMOVQ           DI, X0
+	VPINSRQ         $0x01, R10, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VBROADCASTI64X4 48(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VBROADCASTI64X4 16(CX), Z10
+	VPSRLVW         kqconst<>+864(SB), Z10, Z10
+	VPANDD          kqconst<>+800(SB), Z10, Z10
+	VPSLLW          $0x04, Z10, Z10
+	VPORD           Z10, Z8, Z8
+	VMOVDQU64       kqconst<>+1504(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      4(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      4(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      4(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      4(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 80(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VBROADCASTI64X4 16(CX), Z10
+	VPSRLVW         kqconst<>+928(SB), Z10, Z10
+	VPANDD          kqconst<>+800(SB), Z10, Z10
+	VPSLLW          $0x04, Z10, Z10
+	VPORD           Z10, Z8, Z8
+	VMOVDQU64       kqconst<>+1568(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      68(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      68(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      68(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      68(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 112(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VBROADCASTI64X4 16(CX), Z10
+	VPSRLVW         kqconst<>+992(SB), Z10, Z10
+	VPANDD          kqconst<>+800(SB), Z10, Z10
+	VPSLLW          $0x04, Z10, Z10
+	VPORD           Z10, Z8, Z8
+	VMOVDQU64       kqconst<>+1632(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      132(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      132(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      132(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      132(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 144(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VBROADCASTI64X4 16(CX), Z10
+	VPSRLVW         kqconst<>+1056(SB), Z10, Z10
+	VPANDD          kqconst<>+800(SB), Z10, Z10
+	VPSLLW          $0x04, Z10, Z10
+	VPORD           Z10, Z8, Z8
+	VMOVDQU64       kqconst<>+1696(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      196(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      196(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      196(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      196(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y8
+	VEXTRACTI64X4   $0x01, Z5, Y0
+	VPADDD          Y0, Y5, Y9
+	VEXTRACTI64X4   $0x01, Z6, Y0
+	VPADDD          Y0, Y6, Y10
+	VEXTRACTI64X4   $0x01, Z7, Y0
+	VPADDD          Y0, Y7, Y11
+	VMOVSS          (CX), X12
+	VCVTPH2PS       X12, X12
+	VBROADCASTSS    (DX), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X13
+	VSHUFPS         $0x55, X13, X13, X13
+	VBROADCASTSS    X0, Y14
+	VMOVDQU         260(DX), X0
+	VPHADDW         276(DX), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X15
+	VPADDD          X15, X0, X0
+	VPSHUFD         $0xb1, X0, X15
+	VPADDD          X15, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          32(SP), X15
+	VFMADD231SS     X0, X13, X15
+	VMOVSS          X15, 32(SP)
+	VCVTDQ2PS       Y8, Y8
+	VMOVUPS         (SP), Y0
+	VFMADD231PS     Y8, Y14, Y0
+	VMOVUPS         Y0, (SP)
+	VBROADCASTSS    (DX)(BX*1), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X8
+	VSHUFPS         $0x55, X8, X8, X8
+	VBROADCASTSS    X0, Y13
+	VMOVDQU         260(DX)(BX*1), X0
+	VPHADDW         276(DX)(BX*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X14
+	VPADDD          X14, X0, X0
+	VPSHUFD         $0xb1, X0, X14
+	VPADDD          X14, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          80(SP), X14
+	VFMADD231SS     X0, X8, X14
+	VMOVSS          X14, 80(SP)
+	VCVTDQ2PS       Y9, Y9
+	VMOVUPS         48(SP), Y0
+	VFMADD231PS     Y9, Y13, Y0
+	VMOVUPS         Y0, 48(SP)
+	VBROADCASTSS    (DX)(BX*2), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X8
+	VSHUFPS         $0x55, X8, X8, X8
+	VBROADCASTSS    X0, Y9
+	VMOVDQU         260(DX)(BX*2), X0
+	VPHADDW         276(DX)(BX*2), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X13
+	VPADDD          X13, X0, X0
+	VPSHUFD         $0xb1, X0, X13
+	VPADDD          X13, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          128(SP), X13
+	VFMADD231SS     X0, X8, X13
+	VMOVSS          X13, 128(SP)
+	VCVTDQ2PS       Y10, Y10
+	VMOVUPS         96(SP), Y0
+	VFMADD231PS     Y10, Y9, Y0
+	VMOVUPS         Y0, 96(SP)
+	VBROADCASTSS    (DX)(SI*1), X0
+	VMULPS          X12, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X8
+	VSHUFPS         $0x55, X8, X8, X8
+	VBROADCASTSS    X0, Y9
+	VMOVDQU         260(DX)(SI*1), X0
+	VPHADDW         276(DX)(SI*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          176(SP), X3
+	VFMADD231SS     X0, X8, X3
+	VMOVSS          X3, 176(SP)
+	VCVTDQ2PS       Y11, Y11
+	VMOVUPS         144(SP), Y0
+	VFMADD231PS     Y11, Y9, Y0
+	VMOVUPS         Y0, 144(SP)
+	ADDQ            $0x000000b0, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q5kDot4VNNI_blk
+
+q5kDot4VNNI_done:
+	MOVQ          out+32(FP), AX
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        32(SP), X0, X0
+	VMOVSS        X0, (AX)
+	VMOVUPS       48(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        80(SP), X0, X0
+	VMOVSS        X0, 4(AX)
+	VMOVUPS       96(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        128(SP), X0, X0
+	VMOVSS        X0, 8(AX)
+	VMOVUPS       144(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        176(SP), X0, X0
+	VMOVSS        X0, 12(AX)
+	VZEROUPPER
+	RET
+
+// func q4kr8Dot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q4kr8Dot4VNNI(SB), NOSPLIT, $192-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVUPS   Y0, 48(SP)
+	VMOVUPS   X0, 80(SP)
+	VMOVUPS   Y0, 96(SP)
+	VMOVUPS   X0, 128(SP)
+	VMOVUPS   Y0, 144(SP)
+	VMOVUPS   X0, 176(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     AX, AX
+	JZ        q4kr8Dot4VNNI_done
+
+q4kr8Dot4VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	MOVL            4(CX), DI
+	MOVL            8(CX), R8
+	MOVL            12(CX), R9
+	MOVL            R9, R10
+	SHRL            $0x04, R10
+	ANDL            $0x0f0f0f0f, R10
+	MOVL            R8, R11
+	SHRL            $0x06, R11
+	ANDL            $0x03030303, R11
+	SHLL            $0x04, R11
+	ORL             R11, R10
+	SHLQ            $0x20, R10
+	MOVL            R8, R11
+	ANDL            $0x3f3f3f3f, R11
+	ORQ             R11, R10
+	ANDL            $0x0f0f0f0f, R9
+	MOVL            DI, R11
+	SHRL            $0x06, R11
+	ANDL            $0x03030303, R11
+	SHLL            $0x04, R11
+	ORL             R11, R9
+	SHLQ            $0x20, R9
+	ANDL            $0x3f3f3f3f, DI
+	ORQ             R9, DI
+	VMOVQ           DI, X0
+	VPINSRQ         $0x01, R10, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VBROADCASTI64X4 16(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1504(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      4(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      4(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      4(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      4(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 48(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1568(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      68(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      68(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      68(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      68(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 80(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1632(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      132(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      132(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      132(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      132(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VBROADCASTI64X4 112(CX), Z8
+	VPSRLVW         Z2, Z8, Z8
+	VPANDD          Z1, Z8, Z8
+	VMOVDQU64       kqconst<>+1696(SB), Z9
+	VPERMW          Z0, Z9, Z9
+	VPMADDUBSW      196(DX), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VPMADDUBSW      196(DX)(BX*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z5
+	VPMADDUBSW      196(DX)(BX*2), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z6
+	VPMADDUBSW      196(DX)(SI*1), Z8, Z10
+	VPDPWSSD        Z10, Z9, Z7
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y8
+	VEXTRACTI64X4   $0x01, Z5, Y0
+	VPADDD          Y0, Y5, Y9
+	VEXTRACTI64X4   $0x01, Z6, Y0
+	VPADDD          Y0, Y6, Y10
+	VEXTRACTI64X4   $0x01, Z7, Y0
+	VPADDD          Y0, Y7, Y11
+	VMOVSS          (CX), X12
+	VCVTPH2PS       X12, X12
+	VBROADCASTSS    (DX), X13
+	VMULPS          X12, X13, X13
+	VMOVSHDUP       X13, X14
+	VMOVDQU         260(DX), X0
+	VPHADDW         276(DX), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X15
+	VPADDD          X15, X0, X0
+	VPSHUFD         $0xb1, X0, X15
+	VPADDD          X15, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          32(SP), X15
+	VFMADD231SS     X0, X14, X15
+	VMOVSS          X15, 32(SP)
+	VEXTRACTI32X4   $0x01, Y8, X0
+	VPADDD          X0, X8, X0
+	VPSHUFD         $0x4e, X0, X8
+	VPADDD          X8, X0, X0
+	VPSHUFD         $0xb1, X0, X8
+	VPADDD          X8, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          (SP), X8
+	VFMADD231SS     X0, X13, X8
+	VMOVSS          X8, (SP)
+	VBROADCASTSS    (DX)(BX*1), X8
+	VMULPS          X12, X8, X8
+	VMOVSHDUP       X8, X13
+	VMOVDQU         260(DX)(BX*1), X0
+	VPHADDW         276(DX)(BX*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X14
+	VPADDD          X14, X0, X0
+	VPSHUFD         $0xb1, X0, X14
+	VPADDD          X14, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          80(SP), X14
+	VFMADD231SS     X0, X13, X14
+	VMOVSS          X14, 80(SP)
+	VEXTRACTI32X4   $0x01, Y9, X0
+	VPADDD          X0, X9, X0
+	VPSHUFD         $0x4e, X0, X9
+	VPADDD          X9, X0, X0
+	VPSHUFD         $0xb1, X0, X9
+	VPADDD          X9, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          48(SP), X9
+	VFMADD231SS     X0, X8, X9
+	VMOVSS          X9, 48(SP)
+	VBROADCASTSS    (DX)(BX*2), X8
+	VMULPS          X12, X8, X8
+	VMOVSHDUP       X8, X9
+	VMOVDQU         260(DX)(BX*2), X0
+	VPHADDW         276(DX)(BX*2), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X13
+	VPADDD          X13, X0, X0
+	VPSHUFD         $0xb1, X0, X13
+	VPADDD          X13, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          128(SP), X13
+	VFMADD231SS     X0, X9, X13
+	VMOVSS          X13, 128(SP)
+	VEXTRACTI32X4   $0x01, Y10, X0
+	VPADDD          X0, X10, X0
+	VPSHUFD         $0x4e, X0, X9
+	VPADDD          X9, X0, X0
+	VPSHUFD         $0xb1, X0, X9
+	VPADDD          X9, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          96(SP), X9
+	VFMADD231SS     X0, X8, X9
+	VMOVSS          X9, 96(SP)
+	VBROADCASTSS    (DX)(SI*1), X8
+	VMULPS          X12, X8, X8
+	VMOVSHDUP       X8, X9
+	VMOVDQU         260(DX)(SI*1), X0
+	VPHADDW         276(DX)(SI*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          176(SP), X3
+	VFMADD231SS     X0, X9, X3
+	VMOVSS          X3, 176(SP)
+	VEXTRACTI32X4   $0x01, Y11, X0
+	VPADDD          X0, X11, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          144(SP), X3
+	VFMADD231SS     X0, X8, X3
+	VMOVSS          X3, 144(SP)
+	ADDQ            $0x00000090, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q4kr8Dot4VNNI_blk
+
+q4kr8Dot4VNNI_done:
+	MOVQ   out+32(FP), AX
+	VMOVSS (SP), X0
+	VSUBSS 32(SP), X0, X0
+	VMOVSS X0, (AX)
+	VMOVSS 48(SP), X0
+	VSUBSS 80(SP), X0, X0
+	VMOVSS X0, 4(AX)
+	VMOVSS 96(SP), X0
+	VSUBSS 128(SP), X0, X0
+	VMOVSS X0, 8(AX)
+	VMOVSS 144(SP), X0
+	VSUBSS 176(SP), X0, X0
+	VMOVSS X0, 12(AX)
+	VZEROUPPER
+	RET
+
+// func q6kDot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q6kDot4VNNI(SB), NOSPLIT, $128-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   Y0, 32(SP)
+	VMOVUPS   Y0, 64(SP)
+	VMOVUPS   Y0, 96(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z0
+	VMOVDQU64 kqconst<>+1184(SB), Z5
+	VMOVDQU64 kqconst<>+1248(SB), Z6
+	TESTQ     AX, AX
+	JZ        q6kDot4VNNI_done
+
+q6kDot4VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	PREFETCHT0      2240(CX)
+	VPMOVSXBW       192(CX), Y7
+	VPXORD          Z1, Z1, Z1
+	VPXORD          Z2, Z2, Z2
+	VPXORD          Z3, Z3, Z3
+	VPXORD          Z4, Z4, Z4
+	VMOVDQU64       (CX), Z8
+	VBROADCASTI64X4 128(CX), Z9
+	VPANDD          Z0, Z8, Z10
+	VPSRLVW         kqconst<>+1376(SB), Z9, Z11
+	VPANDD          Z5, Z11, Z11
+	VPSLLW          $0x04, Z11, Z11
+	VPORD           Z11, Z10, Z10
+	VMOVDQU64       kqconst<>+1760(SB), Z11
+	VPERMW          Z7, Z11, Z11
+	VPMADDUBSW      4(DX), Z10, Z12
+	VPMADDUBSW      4(DX), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z1
+	VPMADDUBSW      4(DX)(BX*1), Z10, Z12
+	VPMADDUBSW      4(DX)(BX*1), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z2
+	VPMADDUBSW      4(DX)(BX*2), Z10, Z12
+	VPMADDUBSW      4(DX)(BX*2), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z3
+	VPMADDUBSW      4(DX)(SI*1), Z10, Z12
+	VPMADDUBSW      4(DX)(SI*1), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z4
+	VPSRLW          $0x04, Z8, Z8
+	VPANDD          Z0, Z8, Z8
+	VPSRLVW         kqconst<>+1440(SB), Z9, Z9
+	VPANDD          Z5, Z9, Z9
+	VPSLLW          $0x04, Z9, Z9
+	VPORD           Z9, Z8, Z8
+	VMOVDQU64       kqconst<>+1824(SB), Z9
+	VPERMW          Z7, Z9, Z9
+	VPMADDUBSW      68(DX), Z8, Z10
+	VPMADDUBSW      68(DX), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z1
+	VPMADDUBSW      68(DX)(BX*1), Z8, Z10
+	VPMADDUBSW      68(DX)(BX*1), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z2
+	VPMADDUBSW      68(DX)(BX*2), Z8, Z10
+	VPMADDUBSW      68(DX)(BX*2), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z3
+	VPMADDUBSW      68(DX)(SI*1), Z8, Z10
+	VPMADDUBSW      68(DX)(SI*1), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VMOVDQU64       64(CX), Z8
+	VBROADCASTI64X4 160(CX), Z9
+	VPANDD          Z0, Z8, Z10
+	VPSRLVW         kqconst<>+1376(SB), Z9, Z11
+	VPANDD          Z5, Z11, Z11
+	VPSLLW          $0x04, Z11, Z11
+	VPORD           Z11, Z10, Z10
+	VMOVDQU64       kqconst<>+1888(SB), Z11
+	VPERMW          Z7, Z11, Z11
+	VPMADDUBSW      132(DX), Z10, Z12
+	VPMADDUBSW      132(DX), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z1
+	VPMADDUBSW      132(DX)(BX*1), Z10, Z12
+	VPMADDUBSW      132(DX)(BX*1), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z2
+	VPMADDUBSW      132(DX)(BX*2), Z10, Z12
+	VPMADDUBSW      132(DX)(BX*2), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z3
+	VPMADDUBSW      132(DX)(SI*1), Z10, Z12
+	VPMADDUBSW      132(DX)(SI*1), Z6, Z13
+	VPSUBW          Z13, Z12, Z12
+	VPDPWSSD        Z12, Z11, Z4
+	VPSRLW          $0x04, Z8, Z8
+	VPANDD          Z0, Z8, Z8
+	VPSRLVW         kqconst<>+1440(SB), Z9, Z9
+	VPANDD          Z5, Z9, Z9
+	VPSLLW          $0x04, Z9, Z9
+	VPORD           Z9, Z8, Z8
+	VMOVDQU64       kqconst<>+1952(SB), Z9
+	VPERMW          Z7, Z9, Z9
+	VPMADDUBSW      196(DX), Z8, Z10
+	VPMADDUBSW      196(DX), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z1
+	VPMADDUBSW      196(DX)(BX*1), Z8, Z10
+	VPMADDUBSW      196(DX)(BX*1), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z2
+	VPMADDUBSW      196(DX)(BX*2), Z8, Z10
+	VPMADDUBSW      196(DX)(BX*2), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z3
+	VPMADDUBSW      196(DX)(SI*1), Z8, Z10
+	VPMADDUBSW      196(DX)(SI*1), Z6, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z4
+	VEXTRACTI64X4   $0x01, Z1, Y7
+	VPADDD          Y7, Y1, Y7
+	VEXTRACTI64X4   $0x01, Z2, Y8
+	VPADDD          Y8, Y2, Y8
+	VEXTRACTI64X4   $0x01, Z3, Y9
+	VPADDD          Y9, Y3, Y9
+	VEXTRACTI64X4   $0x01, Z4, Y10
+	VPADDD          Y10, Y4, Y10
+	MOVWLZX         208(CX), DI
+	VMOVD           DI, X11
+	VCVTPH2PS       X11, X11
+	VMULSS          (DX), X11, X12
+	VBROADCASTSS    X12, Y12
+	VCVTDQ2PS       Y7, Y7
+	VMOVUPS         (SP), Y13
+	VFMADD231PS     Y7, Y12, Y13
+	VMOVUPS         Y13, (SP)
+	VMULSS          (DX)(BX*1), X11, X7
+	VBROADCASTSS    X7, Y7
+	VCVTDQ2PS       Y8, Y8
+	VMOVUPS         32(SP), Y12
+	VFMADD231PS     Y8, Y7, Y12
+	VMOVUPS         Y12, 32(SP)
+	VMULSS          (DX)(BX*2), X11, X7
+	VBROADCASTSS    X7, Y7
+	VCVTDQ2PS       Y9, Y9
+	VMOVUPS         64(SP), Y8
+	VFMADD231PS     Y9, Y7, Y8
+	VMOVUPS         Y8, 64(SP)
+	VMULSS          (DX)(SI*1), X11, X7
+	VBROADCASTSS    X7, Y7
+	VCVTDQ2PS       Y10, Y10
+	VMOVUPS         96(SP), Y8
+	VFMADD231PS     Y10, Y7, Y8
+	VMOVUPS         Y8, 96(SP)
+	ADDQ            $0x000000d2, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q6kDot4VNNI_blk
+
+q6kDot4VNNI_done:
+	MOVQ          out+32(FP), AX
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, (AX)
+	VMOVUPS       32(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 4(AX)
+	VMOVUPS       64(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 8(AX)
+	VMOVUPS       96(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 12(AX)
+	VZEROUPPER
+	RET
+
+// func q4kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q4kDot2VNNI(SB), NOSPLIT, $96-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVUPS   Y0, 48(SP)
+	VMOVUPS   X0, 80(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     AX, AX
+	JZ        q4kDot2VNNI_done
+
+q4kDot2VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	MOVL            4(CX), SI
+	MOVL            8(CX), DI
+	MOVL            12(CX), R8
+	MOVL            R8, R9
+	SHRL            $0x04, R9
+	ANDL            $0x0f0f0f0f, R9
+	MOVL            DI, R10
+	SHRL            $0x06, R10
+	ANDL            $0x03030303, R10
+	SHLL            $0x04, R10
+	ORL             R10, R9
+	SHLQ            $0x20, R9
+	MOVL            DI, R10
+	ANDL            $0x3f3f3f3f, R10
+	ORQ             R10, R9
+	ANDL            $0x0f0f0f0f, R8
+	MOVL            SI, R10
+	SHRL            $0x06, R10
+	ANDL            $0x03030303, R10
+	SHLL            $0x04, R10
+	ORL             R10, R8
+	SHLQ            $0x20, R8
+	ANDL            $0x3f3f3f3f, SI
+	ORQ             R8, SI
+	VMOVQ           SI, X0
+	VPINSRQ         $0x01, R9, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VBROADCASTI64X4 16(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1504(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      4(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      4(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 48(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1568(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      68(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      68(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 80(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1632(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      132(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      132(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 112(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1696(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      196(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      196(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y6
+	VEXTRACTI64X4   $0x01, Z5, Y0
+	VPADDD          Y0, Y5, Y7
+	VMOVSS          (CX), X8
+	VCVTPH2PS       X8, X8
+	VBROADCASTSS    (DX), X0
+	VMULPS          X8, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X9
+	VSHUFPS         $0x55, X9, X9, X9
+	VBROADCASTSS    X0, Y10
+	VMOVDQU         260(DX), X0
+	VPHADDW         276(DX), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         32(SP), X11
+	VFMADD231PS     X0, X9, X11
+	VMOVUPS         X11, 32(SP)
+	VCVTDQ2PS       Y6, Y6
+	VMOVUPS         (SP), Y0
+	VFMADD231PS     Y6, Y10, Y0
+	VMOVUPS         Y0, (SP)
+	VBROADCASTSS    (DX)(BX*1), X0
+	VMULPS          X8, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X6
+	VSHUFPS         $0x55, X6, X6, X6
+	VBROADCASTSS    X0, Y8
+	VMOVDQU         260(DX)(BX*1), X0
+	VPHADDW         276(DX)(BX*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VCVTDQ2PS       X0, X0
+	VMOVUPS         80(SP), X3
+	VFMADD231PS     X0, X6, X3
+	VMOVUPS         X3, 80(SP)
+	VCVTDQ2PS       Y7, Y7
+	VMOVUPS         48(SP), Y0
+	VFMADD231PS     Y7, Y8, Y0
+	VMOVUPS         Y0, 48(SP)
+	ADDQ            $0x00000090, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q4kDot2VNNI_blk
+
+q4kDot2VNNI_done:
+	MOVQ          out+32(FP), AX
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       32(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, (AX)
+	VMOVUPS       48(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVUPS       80(SP), X1
+	VMOVHLPS      X1, X1, X2
+	VADDPS        X2, X1, X1
+	VMOVSHDUP     X1, X2
+	VADDSS        X2, X1, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func q5kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q5kDot2VNNI(SB), NOSPLIT, $96-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVUPS   Y0, 48(SP)
+	VMOVUPS   X0, 80(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     AX, AX
+	JZ        q5kDot2VNNI_done
+
+q5kDot2VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	MOVL            4(CX), SI
+	MOVL            8(CX), DI
+	MOVL            12(CX), R8
+	MOVL            R8, R9
+	SHRL            $0x04, R9
+	ANDL            $0x0f0f0f0f, R9
+	MOVL            DI, R10
+	SHRL            $0x06, R10
+	ANDL            $0x03030303, R10
+	SHLL            $0x04, R10
+	ORL             R10, R9
+	SHLQ            $0x20, R9
+	MOVL            DI, R10
+	ANDL            $0x3f3f3f3f, R10
+	ORQ             R10, R9
+	ANDL            $0x0f0f0f0f, R8
+	MOVL            SI, R10
+	SHRL            $0x06, R10
+	ANDL            $0x03030303, R10
+	SHLL            $0x04, R10
+	ORL             R10, R8
+	SHLQ            $0x20, R8
+	ANDL            $0x3f3f3f3f, SI
+	ORQ             R8, SI
+	VMOVQ           SI, X0
+	VPINSRQ         $0x01, R9, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VBROADCASTI64X4 48(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VBROADCASTI64X4 16(CX), Z8
+	VPSRLVW         kqconst<>+864(SB), Z8, Z8
+	VPANDD          kqconst<>+800(SB), Z8, Z8
+	VPSLLW          $0x04, Z8, Z8
+	VPORD           Z8, Z6, Z6
+	VMOVDQU64       kqconst<>+1504(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      4(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      4(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 80(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VBROADCASTI64X4 16(CX), Z8
+	VPSRLVW         kqconst<>+928(SB), Z8, Z8
+	VPANDD          kqconst<>+800(SB), Z8, Z8
+	VPSLLW          $0x04, Z8, Z8
+	VPORD           Z8, Z6, Z6
+	VMOVDQU64       kqconst<>+1568(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      68(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      68(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 112(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VBROADCASTI64X4 16(CX), Z8
+	VPSRLVW         kqconst<>+992(SB), Z8, Z8
+	VPANDD          kqconst<>+800(SB), Z8, Z8
+	VPSLLW          $0x04, Z8, Z8
+	VPORD           Z8, Z6, Z6
+	VMOVDQU64       kqconst<>+1632(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      132(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      132(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 144(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VBROADCASTI64X4 16(CX), Z8
+	VPSRLVW         kqconst<>+1056(SB), Z8, Z8
+	VPANDD          kqconst<>+800(SB), Z8, Z8
+	VPSLLW          $0x04, Z8, Z8
+	VPORD           Z8, Z6, Z6
+	VMOVDQU64       kqconst<>+1696(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      196(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      196(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y6
+	VEXTRACTI64X4   $0x01, Z5, Y0
+	VPADDD          Y0, Y5, Y7
+	VMOVSS          (CX), X8
+	VCVTPH2PS       X8, X8
+	VBROADCASTSS    (DX), X0
+	VMULPS          X8, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X9
+	VSHUFPS         $0x55, X9, X9, X9
+	VBROADCASTSS    X0, Y10
+	VMOVDQU         260(DX), X0
+	VPHADDW         276(DX), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X11
+	VPADDD          X11, X0, X0
+	VPSHUFD         $0xb1, X0, X11
+	VPADDD          X11, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          32(SP), X11
+	VFMADD231SS     X0, X9, X11
+	VMOVSS          X11, 32(SP)
+	VCVTDQ2PS       Y6, Y6
+	VMOVUPS         (SP), Y0
+	VFMADD231PS     Y6, Y10, Y0
+	VMOVUPS         Y0, (SP)
+	VBROADCASTSS    (DX)(BX*1), X0
+	VMULPS          X8, X0, X0
+	VXORPS          kqconst<>+160(SB), X0, X6
+	VSHUFPS         $0x55, X6, X6, X6
+	VBROADCASTSS    X0, Y8
+	VMOVDQU         260(DX)(BX*1), X0
+	VPHADDW         276(DX)(BX*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          80(SP), X3
+	VFMADD231SS     X0, X6, X3
+	VMOVSS          X3, 80(SP)
+	VCVTDQ2PS       Y7, Y7
+	VMOVUPS         48(SP), Y0
+	VFMADD231PS     Y7, Y8, Y0
+	VMOVUPS         Y0, 48(SP)
+	ADDQ            $0x000000b0, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q5kDot2VNNI_blk
+
+q5kDot2VNNI_done:
+	MOVQ          out+32(FP), AX
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        32(SP), X0, X0
+	VMOVSS        X0, (AX)
+	VMOVUPS       48(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VADDSS        80(SP), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func q4kr8Dot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q4kr8Dot2VNNI(SB), NOSPLIT, $96-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   X0, 32(SP)
+	VMOVUPS   Y0, 48(SP)
+	VMOVUPS   X0, 80(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1312(SB), Z2
+	TESTQ     AX, AX
+	JZ        q4kr8Dot2VNNI_done
+
+q4kr8Dot2VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	MOVL            4(CX), SI
+	MOVL            8(CX), DI
+	MOVL            12(CX), R8
+	MOVL            R8, R9
+	SHRL            $0x04, R9
+	ANDL            $0x0f0f0f0f, R9
+	MOVL            DI, R10
+	SHRL            $0x06, R10
+	ANDL            $0x03030303, R10
+	SHLL            $0x04, R10
+	ORL             R10, R9
+	SHLQ            $0x20, R9
+	MOVL            DI, R10
+	ANDL            $0x3f3f3f3f, R10
+	ORQ             R10, R9
+	ANDL            $0x0f0f0f0f, R8
+	MOVL            SI, R10
+	SHRL            $0x06, R10
+	ANDL            $0x03030303, R10
+	SHLL            $0x04, R10
+	ORL             R10, R8
+	SHLQ            $0x20, R8
+	ANDL            $0x3f3f3f3f, SI
+	ORQ             R8, SI
+	VMOVQ           SI, X0
+	VPINSRQ         $0x01, R9, X0, X0
+	VPMOVZXBW       X0, Y0
+	VEXTRACTI32X4   $0x01, Y0, X3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VBROADCASTI64X4 16(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1504(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      4(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      4(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 48(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1568(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      68(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      68(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 80(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1632(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      132(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      132(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VBROADCASTI64X4 112(CX), Z6
+	VPSRLVW         Z2, Z6, Z6
+	VPANDD          Z1, Z6, Z6
+	VMOVDQU64       kqconst<>+1696(SB), Z7
+	VPERMW          Z0, Z7, Z7
+	VPMADDUBSW      196(DX), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z4
+	VPMADDUBSW      196(DX)(BX*1), Z6, Z8
+	VPDPWSSD        Z8, Z7, Z5
+	VEXTRACTI64X4   $0x01, Z4, Y0
+	VPADDD          Y0, Y4, Y6
+	VEXTRACTI64X4   $0x01, Z5, Y0
+	VPADDD          Y0, Y5, Y7
+	VMOVSS          (CX), X8
+	VCVTPH2PS       X8, X8
+	VBROADCASTSS    (DX), X9
+	VMULPS          X8, X9, X9
+	VMOVSHDUP       X9, X10
+	VMOVDQU         260(DX), X0
+	VPHADDW         276(DX), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X11
+	VPADDD          X11, X0, X0
+	VPSHUFD         $0xb1, X0, X11
+	VPADDD          X11, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          32(SP), X11
+	VFMADD231SS     X0, X10, X11
+	VMOVSS          X11, 32(SP)
+	VEXTRACTI32X4   $0x01, Y6, X0
+	VPADDD          X0, X6, X0
+	VPSHUFD         $0x4e, X0, X6
+	VPADDD          X6, X0, X0
+	VPSHUFD         $0xb1, X0, X6
+	VPADDD          X6, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          (SP), X6
+	VFMADD231SS     X0, X9, X6
+	VMOVSS          X6, (SP)
+	VBROADCASTSS    (DX)(BX*1), X6
+	VMULPS          X8, X6, X6
+	VMOVSHDUP       X6, X8
+	VMOVDQU         260(DX)(BX*1), X0
+	VPHADDW         276(DX)(BX*1), X0, X0
+	VPMADDWD        X0, X3, X0
+	VMOVDQA64       X0, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          80(SP), X3
+	VFMADD231SS     X0, X8, X3
+	VMOVSS          X3, 80(SP)
+	VEXTRACTI32X4   $0x01, Y7, X0
+	VPADDD          X0, X7, X0
+	VPSHUFD         $0x4e, X0, X3
+	VPADDD          X3, X0, X0
+	VPSHUFD         $0xb1, X0, X3
+	VPADDD          X3, X0, X0
+	VCVTDQ2PS       X0, X0
+	VMOVSS          48(SP), X3
+	VFMADD231SS     X0, X6, X3
+	VMOVSS          X3, 48(SP)
+	ADDQ            $0x00000090, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q4kr8Dot2VNNI_blk
+
+q4kr8Dot2VNNI_done:
+	MOVQ   out+32(FP), AX
+	VMOVSS (SP), X0
+	VSUBSS 32(SP), X0, X0
+	VMOVSS X0, (AX)
+	VMOVSS 48(SP), X0
+	VSUBSS 80(SP), X0, X0
+	VMOVSS X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func q6kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q6kDot2VNNI(SB), NOSPLIT, $64-40
+	MOVQ      nb+0(FP), AX
+	MOVQ      w+8(FP), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xstride+24(FP), BX
+	LEAQ      (BX)(BX*2), SI
+	VXORPS    Y0, Y0, Y0
+	VMOVUPS   Y0, (SP)
+	VMOVUPS   Y0, 32(SP)
+	VMOVDQU64 kqconst<>+1120(SB), Z0
+	VMOVDQU64 kqconst<>+1184(SB), Z3
+	VMOVDQU64 kqconst<>+1248(SB), Z4
+	TESTQ     AX, AX
+	JZ        q6kDot2VNNI_done
+
+q6kDot2VNNI_blk:
+	PREFETCHT0      2048(CX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT0      2176(CX)
+	PREFETCHT0      2240(CX)
+	VPMOVSXBW       192(CX), Y5
+	VPXORD          Z1, Z1, Z1
+	VPXORD          Z2, Z2, Z2
+	VMOVDQU64       (CX), Z6
+	VBROADCASTI64X4 128(CX), Z7
+	VPANDD          Z0, Z6, Z8
+	VPSRLVW         kqconst<>+1376(SB), Z7, Z9
+	VPANDD          Z3, Z9, Z9
+	VPSLLW          $0x04, Z9, Z9
+	VPORD           Z9, Z8, Z8
+	VMOVDQU64       kqconst<>+1760(SB), Z9
+	VPERMW          Z5, Z9, Z9
+	VPMADDUBSW      4(DX), Z8, Z10
+	VPMADDUBSW      4(DX), Z4, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z1
+	VPMADDUBSW      4(DX)(BX*1), Z8, Z10
+	VPMADDUBSW      4(DX)(BX*1), Z4, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z2
+	VPSRLW          $0x04, Z6, Z6
+	VPANDD          Z0, Z6, Z6
+	VPSRLVW         kqconst<>+1440(SB), Z7, Z7
+	VPANDD          Z3, Z7, Z7
+	VPSLLW          $0x04, Z7, Z7
+	VPORD           Z7, Z6, Z6
+	VMOVDQU64       kqconst<>+1824(SB), Z7
+	VPERMW          Z5, Z7, Z7
+	VPMADDUBSW      68(DX), Z6, Z8
+	VPMADDUBSW      68(DX), Z4, Z9
+	VPSUBW          Z9, Z8, Z8
+	VPDPWSSD        Z8, Z7, Z1
+	VPMADDUBSW      68(DX)(BX*1), Z6, Z8
+	VPMADDUBSW      68(DX)(BX*1), Z4, Z9
+	VPSUBW          Z9, Z8, Z8
+	VPDPWSSD        Z8, Z7, Z2
+	VMOVDQU64       64(CX), Z6
+	VBROADCASTI64X4 160(CX), Z7
+	VPANDD          Z0, Z6, Z8
+	VPSRLVW         kqconst<>+1376(SB), Z7, Z9
+	VPANDD          Z3, Z9, Z9
+	VPSLLW          $0x04, Z9, Z9
+	VPORD           Z9, Z8, Z8
+	VMOVDQU64       kqconst<>+1888(SB), Z9
+	VPERMW          Z5, Z9, Z9
+	VPMADDUBSW      132(DX), Z8, Z10
+	VPMADDUBSW      132(DX), Z4, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z1
+	VPMADDUBSW      132(DX)(BX*1), Z8, Z10
+	VPMADDUBSW      132(DX)(BX*1), Z4, Z11
+	VPSUBW          Z11, Z10, Z10
+	VPDPWSSD        Z10, Z9, Z2
+	VPSRLW          $0x04, Z6, Z6
+	VPANDD          Z0, Z6, Z6
+	VPSRLVW         kqconst<>+1440(SB), Z7, Z7
+	VPANDD          Z3, Z7, Z7
+	VPSLLW          $0x04, Z7, Z7
+	VPORD           Z7, Z6, Z6
+	VMOVDQU64       kqconst<>+1952(SB), Z7
+	VPERMW          Z5, Z7, Z7
+	VPMADDUBSW      196(DX), Z6, Z8
+	VPMADDUBSW      196(DX), Z4, Z9
+	VPSUBW          Z9, Z8, Z8
+	VPDPWSSD        Z8, Z7, Z1
+	VPMADDUBSW      196(DX)(BX*1), Z6, Z8
+	VPMADDUBSW      196(DX)(BX*1), Z4, Z9
+	VPSUBW          Z9, Z8, Z8
+	VPDPWSSD        Z8, Z7, Z2
+	VEXTRACTI64X4   $0x01, Z1, Y5
+	VPADDD          Y5, Y1, Y5
+	VEXTRACTI64X4   $0x01, Z2, Y6
+	VPADDD          Y6, Y2, Y6
+	MOVWLZX         208(CX), SI
+	VMOVD           SI, X7
+	VCVTPH2PS       X7, X7
+	VMULSS          (DX), X7, X8
+	VBROADCASTSS    X8, Y8
+	VCVTDQ2PS       Y5, Y5
+	VMOVUPS         (SP), Y9
+	VFMADD231PS     Y5, Y8, Y9
+	VMOVUPS         Y9, (SP)
+	VMULSS          (DX)(BX*1), X7, X5
+	VBROADCASTSS    X5, Y5
+	VCVTDQ2PS       Y6, Y6
+	VMOVUPS         32(SP), Y7
+	VFMADD231PS     Y6, Y5, Y7
+	VMOVUPS         Y7, 32(SP)
+	ADDQ            $0x000000d2, CX
+	ADDQ            $0x00000124, DX
+	DECQ            AX
+	JNZ             q6kDot2VNNI_blk
+
+q6kDot2VNNI_done:
+	MOVQ          out+32(FP), AX
+	VMOVUPS       (SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, (AX)
+	VMOVUPS       32(SP), Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2016(SB), X0
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
 // func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q4kRowsAVX2(SB), NOSPLIT, $48-48

@@ -84,6 +84,46 @@ func q6kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 //go:noescape
 func q6kDot8VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 
+// q4kDot4VNNI sets out[r], r < 4, to the DotQ4_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kDot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q5kDot4VNNI sets out[r], r < 4, to the DotQ5_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q5kDot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kr8Dot4VNNI sets out[r], r < 4, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kr8Dot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q6kDot4VNNI sets out[r], r < 4, to the DotQ6_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q6kDot4VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kDot2VNNI sets out[r], r < 2, to the DotQ4_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q5kDot2VNNI sets out[r], r < 2, to the DotQ5_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q5kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kr8Dot2VNNI sets out[r], r < 2, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kr8Dot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q6kDot2VNNI sets out[r], r < 2, to the DotQ6_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q6kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
 // q4kRowsAVX2 sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
 //
 //go:noescape

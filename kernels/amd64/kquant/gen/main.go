@@ -228,15 +228,20 @@ var evex bool
 var prefetchDist = 2048
 
 // prefetchW prefetches the cache lines of one block of b bytes prefetchDist
-// ahead of w (x > 1: the tile rereads the weights from cache; skip).
+// ahead of w (x > 4: the prefill tile rereads the weights from cache; skip).
 func prefetchW(w Register, b, x int) {
-	if x != 1 || prefetchDist == 0 {
+	if x > 4 || prefetchDist == 0 {
 		return
 	}
 	for o := 0; o < b; o += 64 {
 		PREFETCHT0(Mem{Base: w, Disp: prefetchDist + o})
 	}
 }
+
+// smallX are the activation-row counts of the small tiles (cpukern.SmallTile),
+// largest first. Like the one-row dots they prefetch weights (prefetchW):
+// a few decode streams still read each weight row from DRAM.
+var smallX = []int{4, 2}
 
 const sig = "func(nb int, w *byte, x *byte, xstride int, out *float32)"
 
@@ -939,6 +944,12 @@ func main() {
 	q4k512("q4kr8Dot8VNNI", kQ4r8, 8)
 	q6k512("q6kDot1VNNI", 1)
 	q6k512("q6kDot8VNNI", 8)
+	for _, x := range smallX { // cpukern.SmallTile: a few decode streams
+		q4k512(fmt.Sprintf("q4kDot%dVNNI", x), kQ4, x)
+		q4k512(fmt.Sprintf("q5kDot%dVNNI", x), kQ5, x)
+		q4k512(fmt.Sprintf("q4kr8Dot%dVNNI", x), kQ4r8, x)
+		q6k512(fmt.Sprintf("q6kDot%dVNNI", x), x)
+	}
 	evex = false
 	q4k("q4kRowsAVX2", kQ4, 1)
 	q4k("q5kRowsAVX2", kQ5, 1)
