@@ -47,6 +47,16 @@ type Kernel struct {
 	TileW int
 	TileX int
 	Rows  Rows // optional: used for a single activation row
+	// Small are optional 1×X tiles for fewer activation rows than TileX,
+	// largest X first, each element bit for bit the Dot's: a few concurrent
+	// decode streams then share one read of each weight row.
+	Small []SmallTile
+}
+
+// SmallTile is a 1×X Tile (TileW 1, TileX X).
+type SmallTile struct {
+	X    int
+	Tile Tile
 }
 
 // Quantizer quantizes one activation row to a partner type exactly as
@@ -166,4 +176,54 @@ func AllAttention() []Attention {
 	mu.RLock()
 	defer mu.RUnlock()
 	return append([]Attention(nil), attns...)
+}
+
+// Elementwise holds native versions of runtime/exec's per-element loops,
+// bit for bit; a nil field means that loop has none.
+type Elementwise struct {
+	ISA  string
+	Rank int
+	// SiLU sets y[i] = x[i]/(1+e) for i < len(x)&^15, e being
+	// quant.ExpfAVX512(0-x[i]) (ggml's AVX512 ggml_v_silu on blocks of
+	// 16), and leaves the rest of y alone; len(y) >= len(x).
+	SiLU func(x, y []float32)
+	// Exp sets y[i] = math.Exp(x[i]) for i < len(x), bit for bit with
+	// math.Exp on this CPU; len(y) >= len(x).
+	Exp func(x, y []float64)
+	// Add and Mul set y[i] = a[i]+b[i] (a[i]·b[i]) for i < len(y);
+	// len(a), len(b) >= len(y).
+	Add, Mul func(a, b, y []float32)
+	// Scale sets y[i] = x[i]·s, then times w[i] when w is not nil (each
+	// product rounded to float32: cpugen.RMSNorm's last loop), for
+	// i < len(y); len(x), len(w) >= len(y).
+	Scale func(x []float32, s float32, w, y []float32)
+	// F16 sets y[i] = quant.F32ToF16(x[i]) for i < len(x); len(y) >= len(x).
+	F16 func(x []float32, y []uint16)
+}
+
+var elems []Elementwise
+
+// RegisterElementwise adds per-element kernels (from init, when supported).
+func RegisterElementwise(e Elementwise) {
+	mu.Lock()
+	defer mu.Unlock()
+	elems = append(elems, e)
+	sort.SliceStable(elems, func(i, j int) bool { return elems[i].Rank > elems[j].Rank })
+}
+
+// LookupElementwise returns the preferred per-element kernels.
+func LookupElementwise() (Elementwise, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	if len(elems) == 0 {
+		return Elementwise{}, false
+	}
+	return elems[0], true
+}
+
+// AllElementwise returns every registered per-element set, preferred first.
+func AllElementwise() []Elementwise {
+	mu.RLock()
+	defer mu.RUnlock()
+	return append([]Elementwise(nil), elems...)
 }

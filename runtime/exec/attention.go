@@ -132,8 +132,17 @@ func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
 	if !inline {
 		perRow = p.Heads
 	}
+	f16 := elemNative.F16 // kernels/amd64/elem: quant.F32ToF16's bits, as KVStoreSeq
 	store := func(lo, hi int) {
 		kv := &r.kv[layer]
+		if f16 != nil {
+			for i := lo; i < hi; i++ {
+				at := (int(r.rowSeq[i])*r.opt.Context + int(r.rowPos[i])) * kvDim
+				f16(k[i*kvDim:(i+1)*kvDim], kv.k[at:at+kvDim])
+				f16(v[i*kvDim:(i+1)*kvDim], kv.v[at:at+kvDim])
+			}
+			return
+		}
 		cpugen.KVStoreSeq(k[lo*kvDim:hi*kvDim], v[lo*kvDim:hi*kvDim], kv.k, kv.v, r.rowPos[lo:hi], r.rowSeq[lo:hi], kvDim, r.opt.Context)
 	}
 	return func() {

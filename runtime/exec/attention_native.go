@@ -20,7 +20,21 @@ type attnScratch struct {
 	qs, accs       [maxGroupVals]float32
 	ms, ss         [maxGroupVals / 8]float32
 	dots, vs, mscs [attnBlock]float32
+	args, exps     [attnBlock]float64 // a block's softmax exp arguments and values
 }
+
+// softmaxExp is exps[i] = math.Exp(args[i]): the registered native one
+// (kernels/amd64/elem, bit for bit) where there is one.
+var softmaxExp = func() func(args, exps []float64) {
+	if e, ok := cpukern.LookupElementwise(); ok && e.Exp != nil {
+		return e.Exp
+	}
+	return func(args, exps []float64) {
+		for i, a := range args {
+			exps[i] = math.Exp(a)
+		}
+	}
+}()
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 
@@ -65,7 +79,12 @@ func attendGroupNative(nk *cpukern.Attention, sc *attnScratch, tab *[1 << 16]flo
 		for h := range g {
 			qq := qh[h*hd : (h+1)*hd]
 			nk.Dot(qq[:main], kc[kb:], kvDim, dots)
+			// The running maximum first: each position needs at most one
+			// exp (mscale's where the score is a new maximum, vs's where
+			// not), whose argument depends only on the maximum before it,
+			// so the block's exps run in one vector call in between.
 			m, sum := ms[h], ss[h]
+			args, exps := sc.args[:n], sc.exps[:n]
 			for jj, l0 := range dots {
 				dot := float64(0)
 				dot = float64(dot + float64(l0))
@@ -76,16 +95,27 @@ func attendGroupNative(nk *cpukern.Attention, sc *attnScratch, tab *[1 << 16]flo
 					}
 				}
 				s := float32(float32(dot) * scale)
+				dots[jj] = s
+				if s > m {
+					args[jj] = float64(float32(m - s))
+					m = s
+				} else {
+					args[jj] = float64(float32(s - m))
+				}
+			}
+			softmaxExp(args, exps)
+			m = ms[h]
+			for jj, s := range dots {
 				gt := s > m
 				mscale, vs := float32(1), float32(1)
 				switch {
 				case j0+jj == 0:
 					mscale = 0
 				case gt:
-					mscale = float32(math.Exp(float64(float32(m - s))))
+					mscale = float32(exps[jj])
 				}
 				if !gt {
-					vs = float32(math.Exp(float64(float32(s - m))))
+					vs = float32(exps[jj])
 				}
 				// Accum rescales where the factor is not 1: attendGroup's
 				// "gt" (a rescale by exactly 1 leaves f16 values as they are)

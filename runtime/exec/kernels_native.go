@@ -7,6 +7,7 @@ package exec
 // (with nothing to register off amd64).
 import (
 	_ "github.com/jitllm/jitllm/kernels/amd64/attn"
+	_ "github.com/jitllm/jitllm/kernels/amd64/elem"
 	_ "github.com/jitllm/jitllm/kernels/amd64/kquant"
 	_ "github.com/jitllm/jitllm/kernels/amd64/legacy"
 )

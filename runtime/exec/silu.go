@@ -1,6 +1,19 @@
 package exec
 
-import "math"
+import (
+	"math"
+
+	"github.com/jitllm/jitllm/kernels/cpukern"
+)
+
+// elemNative is the registered native per-element loops (kernels/amd64/elem,
+// bit for bit the Go ones they replace), nil fields where there are none.
+// Package variables initialize after the imported packages' init, so the
+// registration has happened.
+var elemNative, _ = cpukern.LookupElementwise()
+
+// siluBlocks is the native ggml_v_silu on a row's blocks of 16, or nil.
+var siluBlocks = elemNative.SiLU
 
 // silu is quant.SiLUAVX512 (ggml's AVX512 ggml_v_silu on blocks of 16, the
 // C library's expf for the rest) with its exp's final scaling done by
@@ -10,12 +23,21 @@ import "math"
 func silu(x, y []float32) {
 	n := len(x)
 	np := n &^ 15
-	for k, v := range x[:np] {
-		y[k] = v / (1 + expfAVX512(0-v))
+	if siluBlocks != nil {
+		siluBlocks(x, y[:n])
+	} else {
+		siluGo(x[:np], y[:np])
 	}
 	for k := np; k < n; k++ {
 		v := x[k]
 		y[k] = v / (1 + float32(math.Exp(float64(-v))))
+	}
+}
+
+// siluGo is the portable form of the blocks of 16 (len(x) a multiple of 16).
+func siluGo(x, y []float32) {
+	for k, v := range x {
+		y[k] = v / (1 + expfAVX512(0-v))
 	}
 }
 
