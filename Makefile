@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test demo generate check-generated vet fuzz bench-convert
+.PHONY: all build test test-cross demo generate check-generated vet fuzz bench-convert
 
 all: build
 
@@ -15,10 +15,21 @@ demo: build
 # Everything CI runs: formatting, vet, generated files current, tests.
 test: vet check-generated
 	$(GO) test -count=1 ./...
+	./scripts/test-cross.sh
+
+# The exactness tests on arm64 (qemu-user) and GOAMD64=v3, where Go may fuse FMAs.
+test-cross:
+	./scripts/test-cross.sh
+
+# Packages whose float arithmetic must round as llama.cpp's does: no product
+# may be left for the compiler to fuse into an FMA (arm64, GOAMD64=v3).
+NOFMA_PKGS := ./kernels/quant/... ./kernels/ops/... ./kernels/cpugen/... ./kernels/cpukern/... \
+	./kernels/amd64/... ./runtime/exec/... ./runtime/sample/... ./runtime/gpuexec/... ./dsl/kernel/...
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./gen/nofma/cmd $(NOFMA_PKGS)
 
 generate:
 	$(GO) generate ./...

@@ -32,8 +32,8 @@ func ropeCPU(x, y []float32, rowPos []int32, freqs []float32, mode, hd, heads, d
 					i0, i1 = o+j, o+j+half
 				}
 				x0, x1 := x[i0], x[i1]
-				y[i0] = x0*cs[2*j] - x1*cs[2*j+1]
-				y[i1] = x0*cs[2*j+1] + x1*cs[2*j]
+				y[i0] = float32(x0*cs[2*j]) - float32(x1*cs[2*j+1])
+				y[i1] = float32(x0*cs[2*j+1]) + float32(x1*cs[2*j])
 			}
 			copy(y[o+dims:o+hd], x[o+dims:o+hd])
 		}
@@ -55,7 +55,7 @@ func attentionCPU(q []float32, kc, vc []uint16, y []float32, rowPos, rowSeq []in
 		M := float32(math.Inf(-1))
 		var S float32
 		for j := 0; j <= int(rowPos[row]); j++ {
-			s := quant.DotF16AVX512Values(qh, kc[j*dim+off:j*dim+off+hd]) * scale
+			s := float32(quant.DotF16AVX512Values(qh, kc[j*dim+off:j*dim+off+hd]) * scale)
 			ms, vs := float32(1), float32(1)
 			if s > M {
 				ms = float32(math.Exp(float64(M - s)))
@@ -121,7 +121,7 @@ func TestAttentionSeq(t *testing.T) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		a := opstest.Args("AttentionSeq", seed)
 		if seed%2 == 0 { // a large scale: the maximum moves, the rescaling runs
-			a[12] = float32(4 + 4*r.Float32())
+			a[12] = float32(4 + float32(4*r.Float32()))
 		}
 		q, kc, vc, rp, rs := a[0].([]float32), a[1].([]uint16), a[2].([]uint16), a[4].([]int32), a[5].([]int32)
 		want := make([]float32, len(q))

@@ -91,7 +91,7 @@ func TestQuantIsDecode(t *testing.T) {
 			m = quant.F16ToF32(uint16(blk[2]) | uint16(blk[3])<<8)
 		}
 		for j := range q {
-			if want := float32(q[j])*dsc + m; math.Float32bits(want) != math.Float32bits(v[j]) {
+			if want := float32(float32(q[j])*dsc) + m; math.Float32bits(want) != math.Float32bits(v[j]) {
 				t.Fatalf("%s [%d]: quant %d gives %v, Decode %v", d.Name, j, q[j], want, v[j])
 			}
 		}

@@ -66,11 +66,11 @@ func TestMatVecAgainstFloat64(t *testing.T) {
 		for j := 0; j < rows; j++ {
 			var s, mag float64
 			for i := 0; i < cols; i++ {
-				p := float64(wf[j*cols+i]) * float64(x[i])
+				p := float64(float64(wf[j*cols+i]) * float64(x[i]))
 				s += p
 				mag += math.Abs(p)
 			}
-			if math.Abs(float64(y[j])-s) > 1e-5*mag+1e-30 {
+			if math.Abs(float64(y[j])-s) > float64(1e-5*mag)+1e-30 {
 				t.Errorf("%s row %d: %v, want %v (Σ|p| %v)", d.Name, j, y[j], s, mag)
 			}
 		}
@@ -87,15 +87,15 @@ func TestRMSNorm(t *testing.T) {
 		run(t, ops.RMSNorm(false), x, y0, float32(eps))
 		var ss float64
 		for _, v := range x {
-			ss += float64(v) * float64(v)
+			ss += float64(float64(v) * float64(v))
 		}
 		sc := 1 / math.Sqrt(ss/float64(n)+eps)
 		for i := range x {
-			want := float64(x[i]) * sc
-			if d := math.Abs(float64(y0[i]) - want); d > 1e-6*math.Abs(want)+1e-7 {
+			want := float64(float64(x[i]) * sc)
+			if d := math.Abs(float64(y0[i]) - want); d > float64(1e-6*math.Abs(want))+1e-7 {
 				t.Fatalf("n=%d no weight [%d]: %v, want %v", n, i, y0[i], want)
 			}
-			if d := math.Abs(float64(y[i]) - want*float64(w[i])); d > 1e-6*math.Abs(want*float64(w[i]))+1e-7 {
+			if d := math.Abs(float64(y[i]) - float64(want*float64(w[i]))); d > float64(1e-6*math.Abs(want*float64(w[i])))+1e-7 {
 				t.Fatalf("n=%d [%d]: %v, want %v", n, i, y[i], want*float64(w[i]))
 			}
 		}
@@ -118,7 +118,7 @@ func TestSoftmax(t *testing.T) {
 		}
 		for i, v := range x {
 			want := math.Exp(float64(v)-mx) / s
-			if math.Abs(float64(y[i])-want) > 1e-6*want+1e-12 {
+			if math.Abs(float64(y[i])-want) > float64(1e-6*want)+1e-12 {
 				t.Fatalf("n=%d [%d]: %v, want %v", n, i, y[i], want)
 			}
 		}
@@ -133,13 +133,13 @@ func ropeRef(x []float32, mode, pos, hd, dims int, base, fs float64) []float64 {
 	}
 	for h := 0; h < len(x)/hd; h++ {
 		for i := 0; i < dims/2; i++ {
-			th := float64(pos) * fs * math.Pow(base, -2*float64(i)/float64(dims))
+			th := float64(float64(pos) * fs * math.Pow(base, -2*float64(i)/float64(dims)))
 			a, b := h*hd+2*i, h*hd+2*i+1
 			if mode == dsl.RopeNeox {
 				a, b = h*hd+i, h*hd+i+dims/2
 			}
 			x0, x1 := float64(x[a]), float64(x[b])
-			y[a], y[b] = x0*math.Cos(th)-x1*math.Sin(th), x0*math.Sin(th)+x1*math.Cos(th)
+			y[a], y[b] = float64(x0*math.Cos(th))-float64(x1*math.Sin(th)), float64(x0*math.Sin(th))+float64(x1*math.Cos(th))
 		}
 	}
 	return y

@@ -22,7 +22,7 @@ const minNormal32Bits = 0x3810000000000000
 // which makes the float32 rounding the only one (float64 keeps more than
 // 24+2 bits).
 func fma32Slow(a, b, c float32) float32 {
-	p := float64(a) * float64(b) // exact: 24+24 bits fit in 53
+	p := float64(float64(a) * float64(b)) // exact: 24+24 bits fit in 53
 	s := p + float64(c)
 	if s == 0 || math.IsInf(s, 0) || math.IsNaN(s) {
 		return float32(s)

@@ -89,9 +89,9 @@ func quantMXFP4(src []float32, dst []byte) {
 
 func bestMXFP4(x, e float32) byte {
 	best := 0
-	bestErr := float32(math.Abs(float64(float32(kvaluesMXFP4[0])*e - x)))
+	bestErr := float32(math.Abs(float64(float32(float32(kvaluesMXFP4[0])*e) - x)))
 	for i := 1; i < 16; i++ {
-		if err := float32(math.Abs(float64(float32(kvaluesMXFP4[i])*e - x))); err < bestErr {
+		if err := float32(math.Abs(float64(float32(float32(kvaluesMXFP4[i])*e) - x))); err < bestErr {
 			best, bestErr = i, err
 		}
 	}

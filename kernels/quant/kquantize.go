@@ -22,7 +22,7 @@ func makeQKX2(nmax int32, x, weights []float32, L, laux []uint8, rmin, rdelta fl
 	n := len(x)
 	mn, mx := x[0], x[0]
 	sumW := weights[0]
-	sumX := sumW * x[0]
+	sumX := float32(sumW * x[0])
 	for i := 1; i < n; i++ {
 		if x[i] < mn {
 			mn = x[i]
@@ -47,7 +47,7 @@ func makeQKX2(nmax int32, x, weights []float32, L, laux []uint8, rmin, rdelta fl
 	scale = 1 / iscale
 	var bestErr float32
 	for i := 0; i < n; i++ {
-		l := clampi(nearestInt(iscale*(x[i]-mn)), 0, nmax)
+		l := clampi(nearestInt(float32(iscale*(x[i]-mn))), 0, nmax)
 		L[i] = uint8(l)
 		diff := float32(float32(scale*float32(l))+mn) - x[i]
 		if useMad {
@@ -64,7 +64,7 @@ func makeQKX2(nmax int32, x, weights []float32, L, laux []uint8, rmin, rdelta fl
 		iscale = (float32(rmin+float32(rdelta*float32(is))) + float32(nmax)) / (mx - mn)
 		var sumL, sumL2, sumXL float32
 		for i := 0; i < n; i++ {
-			l := clampi(nearestInt(iscale*(x[i]-mn)), 0, nmax)
+			l := clampi(nearestInt(float32(iscale*(x[i]-mn))), 0, nmax)
 			laux[i] = uint8(l)
 			w := weights[i]
 			fl := float32(l)
@@ -118,7 +118,7 @@ func makeQX1(nmax int32, x []float32, L []int8) float32 {
 	iscale := float32(-nmax) / mx
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := clampi(nearestInt(iscale*v), -nmax, nmax-1)
+		l := clampi(nearestInt(float32(iscale*v)), -nmax, nmax-1)
 		L[i] = int8(l + nmax)
 		w := v * v
 		sumlx += float32(float32(w*v) * float32(l))
@@ -136,14 +136,14 @@ func makeQX1(nmax int32, x []float32, L []int8) float32 {
 		iscale = -(float32(nmax) + float32(0.1*float32(is))) / mx
 		sumlx, suml2 = 0, 0
 		for _, v := range x {
-			l := clampi(nearestInt(iscale*v), -nmax, nmax-1)
+			l := clampi(nearestInt(float32(iscale*v)), -nmax, nmax-1)
 			w := v * v
 			sumlx += float32(float32(w*v) * float32(l))
 			suml2 += float32(float32(w*float32(l)) * float32(l))
 		}
 		if suml2 > 0 && float32(sumlx*sumlx) > float32(best*suml2) {
 			for i, v := range x {
-				L[i] = int8(nmax + clampi(nearestInt(iscale*v), -nmax, nmax-1))
+				L[i] = int8(nmax + clampi(nearestInt(float32(iscale*v)), -nmax, nmax-1))
 			}
 			scale = sumlx / suml2
 			best = scale * sumlx
@@ -170,7 +170,7 @@ func makeQ3(nmax int32, x []float32, L []int8) float32 {
 	iscale := float32(-nmax) / mx
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := clampi(nearestInt(iscale*v), -nmax, nmax-1)
+		l := clampi(nearestInt(float32(iscale*v)), -nmax, nmax-1)
 		L[i] = int8(l)
 		w := v * v
 		sumlx += float32(float32(w*v) * float32(l))
@@ -243,7 +243,7 @@ func quantQ2_K(src []float32, dst []byte) {
 		if maxScale > 0 {
 			iscale := 15 / maxScale
 			for j := range sc {
-				sc[j] = uint8(nearestInt(iscale * scales[j]))
+				sc[j] = uint8(nearestInt(float32(iscale * scales[j])))
 			}
 			put16(b, 80, F32ToF16(maxScale/15))
 		} else {
@@ -253,7 +253,7 @@ func quantQ2_K(src []float32, dst []byte) {
 		if maxMin > 0 {
 			iscale := 15 / maxMin
 			for j := range sc {
-				sc[j] |= uint8(nearestInt(iscale*mins[j])) << 4
+				sc[j] |= uint8(nearestInt(float32(iscale*mins[j]))) << 4
 			}
 			put16(b, 82, F32ToF16(maxMin/15))
 		} else {
@@ -265,7 +265,7 @@ func quantQ2_K(src []float32, dst []byte) {
 			if d == 0 {
 				continue
 			}
-			dm := dmin * float32(sc[j]>>4)
+			dm := float32(dmin * float32(sc[j]>>4))
 			for ii := 0; ii < 16; ii++ {
 				L[16*j+ii] = uint8(clampi(nearestInt((x[16*j+ii]+dm)/d), 0, 3))
 			}
@@ -293,7 +293,7 @@ func quantQ3_K(src []float32, dst []byte) {
 		if maxScale != 0 {
 			iscale := -32 / maxScale
 			for j := 0; j < 16; j++ {
-				l := int32(int8(nearestInt(iscale * scales[j])))
+				l := int32(int8(nearestInt(float32(iscale * scales[j]))))
 				l = clampi(l, -32, 31) + 32
 				if j < 8 {
 					s[j] = byte(l & 0xf)
@@ -386,8 +386,8 @@ func quantK45(x []float32, b []byte, L *[QK_K]uint8, nmax int32, rmin float32, n
 	s := b[4:16:16]
 	clear(s)
 	for j := 0; j < 8; j++ {
-		ls := min(63, uint8(nearestInt(invScale*scales[j])))
-		lm := min(63, uint8(nearestInt(invMin*mins[j])))
+		ls := min(63, uint8(nearestInt(float32(invScale*scales[j]))))
+		lm := min(63, uint8(nearestInt(float32(invMin*mins[j]))))
 		k4Pack(s, j, ls, lm)
 	}
 	put16(b, 0, F32ToF16(maxScale/63))
@@ -399,7 +399,7 @@ func quantK45(x []float32, b []byte, L *[QK_K]uint8, nmax int32, rmin float32, n
 		if d == 0 {
 			continue
 		}
-		dm := dmin * float32(m)
+		dm := float32(dmin * float32(m))
 		for ii := 0; ii < 32; ii++ {
 			L[32*j+ii] = uint8(clampi(nearestInt((x[32*j+ii]+dm)/d), 0, nmax))
 		}
@@ -470,7 +470,7 @@ func quantQ6_K(src []float32, dst []byte) {
 		iscale := -128 / maxScale
 		put16(b, 208, F32ToF16(1/iscale))
 		for ib := 0; ib < 16; ib++ {
-			b[192+ib] = byte(int8(min(127, nearestInt(iscale*scales[ib]))))
+			b[192+ib] = byte(int8(min(127, nearestInt(float32(iscale*scales[ib])))))
 		}
 		dall := fp16(b, 208)
 		for j := 0; j < 16; j++ {

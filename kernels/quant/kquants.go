@@ -85,7 +85,7 @@ func dequantQ2_K(src []byte, dst []float32) {
 				for half := 0; half < 2; half++ {
 					sc := b[is]
 					is++
-					dl, ml := d*float32(sc&0xf), dmin*float32(sc>>4)
+					dl, ml := d*float32(sc&0xf), float32(dmin*float32(sc>>4))
 					for l := 16 * half; l < 16*half+16; l++ {
 						y[o] = float32(dl*float32(q[l]>>shift&3)) - ml
 						o++
@@ -135,8 +135,8 @@ func dequantQ4_K(src []byte, dst []float32) {
 		for j := 0; j < 4; j++ {
 			s1, m1 := scaleMinK4(2*j, b[4:16])
 			s2, m2 := scaleMinK4(2*j+1, b[4:16])
-			d1, mm1 := d*float32(s1), dmin*float32(m1)
-			d2, mm2 := d*float32(s2), dmin*float32(m2)
+			d1, mm1 := d*float32(s1), float32(dmin*float32(m1))
+			d2, mm2 := d*float32(s2), float32(dmin*float32(m2))
 			q := b[16+32*j : 48+32*j : 48+32*j]
 			o := y[64*j : 64*j+64 : 64*j+64]
 			for l := 0; l < 32; l++ {
@@ -156,8 +156,8 @@ func dequantQ5_K(src []byte, dst []float32) {
 		for j := 0; j < 4; j++ {
 			s1, m1 := scaleMinK4(2*j, b[4:16])
 			s2, m2 := scaleMinK4(2*j+1, b[4:16])
-			d1, mm1 := d*float32(s1), dmin*float32(m1)
-			d2, mm2 := d*float32(s2), dmin*float32(m2)
+			d1, mm1 := d*float32(s1), float32(dmin*float32(m1))
+			d2, mm2 := d*float32(s2), float32(dmin*float32(m2))
 			u1, u2 := byte(1)<<(2*j), byte(2)<<(2*j)
 			q := b[48+32*j : 80+32*j : 80+32*j]
 			o := y[64*j : 64*j+64 : 64*j+64]
@@ -237,7 +237,7 @@ func quantQ8_K(src []float32, dst []byte) {
 		iscale := -127 / max
 		q := b[4:260:260]
 		for j, v := range x {
-			q[j] = byte(int8(min(127, nearestInt(iscale*v))))
+			q[j] = byte(int8(min(127, nearestInt(float32(iscale*v)))))
 		}
 		for j := 0; j < 16; j++ {
 			var s int32

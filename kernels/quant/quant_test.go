@@ -77,7 +77,7 @@ func TestFP16(t *testing.T) {
 	for k := 0; k < 200000; k++ {
 		f := math.Float32frombits(r.Uint32())
 		if k%2 == 0 { // mostly in or near half range
-			f = float32(math.Ldexp(r.Float64()*2-1, r.IntN(44)-28))
+			f = float32(math.Ldexp(float64(r.Float64()*2)-1, r.IntN(44)-28))
 		}
 		if math.IsNaN(float64(f)) {
 			continue
@@ -191,7 +191,7 @@ func TestVecDot(t *testing.T) {
 			xf := refDecode(vt, xq, n)
 			var want, mag float64
 			for i := range wf {
-				want += wf[i] * xf[i]
+				want += float64(wf[i] * xf[i])
 				mag += math.Abs(wf[i] * xf[i])
 			}
 			if typ == Q4_1 || typ == Q5_1 {
@@ -205,11 +205,11 @@ func TestVecDot(t *testing.T) {
 						sq += float64(int8(xb[4+j]))
 					}
 					m := h16(w[b*RowSize(typ, 32):], mOff)
-					want += m * (h16(xb, 2) - h16(xb, 0)*sq)
+					want += float64(m * (h16(xb, 2) - float64(h16(xb, 0)*sq)))
 				}
 			}
 			got := float64(VecDot(typ, n, w, xq))
-			if err := math.Abs(got - want); err > 2e-6*mag+1e-30 {
+			if err := math.Abs(got - want); err > float64(2e-6*mag)+1e-30 {
 				t.Errorf("%s: VecDot = %g, reference %g (error %.3g of magnitude %.3g)", typ, got, want, err, mag)
 			}
 		}
@@ -285,7 +285,7 @@ func TestQuantizeRowActivations(t *testing.T) {
 		}
 		d := math.Float32frombits(le32(bb, 0))
 		for k := 0; k < 256; k++ {
-			if e := math.Abs(float64(x[256*blk+k]) - float64(d)*float64(int8(bb[4+k]))); e > 0.5001*math.Abs(float64(d)) {
+			if e := math.Abs(float64(x[256*blk+k]) - float64(float64(d)*float64(int8(bb[4+k])))); e > 0.5001*math.Abs(float64(d)) {
 				t.Fatalf("Q8_K value %d off by %g (d=%g)", k, e, d)
 			}
 		}
@@ -375,8 +375,8 @@ func relRMS(x, y []float32) float64 {
 	var e, s float64
 	for i := range x {
 		d := float64(x[i]) - float64(y[i])
-		e += d * d
-		s += float64(x[i]) * float64(x[i])
+		e += float64(d * d)
+		s += float64(float64(x[i]) * float64(x[i]))
 	}
 	return math.Sqrt(e / s)
 }

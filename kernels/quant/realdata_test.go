@@ -54,8 +54,8 @@ func relRMS(x, y []float32) float64 {
 	var e, s float64
 	for i := range x {
 		d := float64(x[i]) - float64(y[i])
-		e += d * d
-		s += float64(x[i]) * float64(x[i])
+		e += float64(d * d)
+		s += float64(float64(x[i]) * float64(x[i]))
 	}
 	return math.Sqrt(e / s)
 }
@@ -165,7 +165,7 @@ func TestRealVecDot(t *testing.T) {
 		vt := quant.VecDotType(ti.Type)
 		x := make([]float32, n)
 		for i := range x {
-			x[i] = float32(math.Sin(float64(i)*0.37)) * 0.7
+			x[i] = float32(math.Sin(float64(float64(i)*0.37))) * 0.7
 		}
 		xq := make([]byte, quant.RowSize(vt, n))
 		if err := quant.QuantizeRow(vt, x, xq); err != nil {
@@ -179,7 +179,7 @@ func TestRealVecDot(t *testing.T) {
 			quant.Dequantize(ti.Type, w, wd)
 			var want, mag float64
 			for i := range wd {
-				want += float64(wd[i]) * float64(xd[i])
+				want += float64(float64(wd[i]) * float64(xd[i]))
 				mag += math.Abs(float64(wd[i]) * float64(xd[i]))
 			}
 			got := float64(quant.VecDot(ti.Type, n, w, xq))

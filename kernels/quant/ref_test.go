@@ -57,7 +57,7 @@ func refDecodeBlock(t Type, b []byte, out []float64) {
 		}
 	case Q4_1:
 		for i := range 32 {
-			out[i] = float64(legacyNibble(b[4:], i))*h16(b, 0) + h16(b, 2)
+			out[i] = float64(float64(legacyNibble(b[4:], i))*h16(b, 0)) + h16(b, 2)
 		}
 	case Q5_0:
 		for i := range 32 {
@@ -67,7 +67,7 @@ func refDecodeBlock(t Type, b []byte, out []float64) {
 	case Q5_1:
 		for i := range 32 {
 			q := legacyNibble(b[8:], i) + 16*bit(b[4:8], i)
-			out[i] = float64(q)*h16(b, 0) + h16(b, 2)
+			out[i] = float64(float64(q)*h16(b, 0)) + h16(b, 2)
 		}
 	case Q8_0:
 		for i := range 32 {
@@ -98,7 +98,7 @@ func refDecodeBlock(t Type, b []byte, out []float64) {
 			p, l := r/32, r%32
 			q := int(b[16+32*g+l]>>(2*p)) & 3
 			sc := b[i/16]
-			out[i] = h16(b, 80)*float64(sc&0xf)*float64(q) - h16(b, 82)*float64(sc>>4)
+			out[i] = float64(h16(b, 80)*float64(sc&0xf)*float64(q)) - float64(h16(b, 82)*float64(sc>>4))
 		}
 	case Q3_K:
 		for i := range 256 {
@@ -119,13 +119,13 @@ func refDecodeBlock(t Type, b []byte, out []float64) {
 		for i := range 256 {
 			j := i / 32
 			q := int(b[16+32*(i/64)+i%32]>>(4*(j%2))) & 0xf
-			out[i] = h16(b, 0)*float64(k6(b[4:16], j, 0))*float64(q) - h16(b, 2)*float64(k6(b[4:16], j, 1))
+			out[i] = float64(h16(b, 0)*float64(k6(b[4:16], j, 0))*float64(q)) - float64(h16(b, 2)*float64(k6(b[4:16], j, 1)))
 		}
 	case Q5_K:
 		for i := range 256 {
 			j := i / 32
 			q := int(b[48+32*(i/64)+i%32]>>(4*(j%2)))&0xf + 16*bit(b[16:48], 8*(i%32)+j)
-			out[i] = h16(b, 0)*float64(k6(b[4:16], j, 0))*float64(q) - h16(b, 2)*float64(k6(b[4:16], j, 1))
+			out[i] = float64(h16(b, 0)*float64(k6(b[4:16], j, 0))*float64(q)) - float64(h16(b, 2)*float64(k6(b[4:16], j, 1)))
 		}
 	case Q6_K:
 		for i := range 256 {

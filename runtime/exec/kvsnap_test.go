@@ -134,7 +134,7 @@ func TestHiddenIsHeadInput(t *testing.T) {
 			dequantRow(t, wt, j, row)
 			var dot float64
 			for k := range row {
-				dot += float64(row[k]) * float64(h[i*w+k])
+				dot += float64(float64(row[k]) * float64(h[i*w+k]))
 			}
 			if d := math.Abs(dot - float64(logits[i*v+j])); d > 1e-3 {
 				t.Errorf("row %d logit %d: %g from the hidden state, %g from the runner", i, j, dot, logits[i*v+j])

@@ -238,7 +238,7 @@ func (s *Sampler) applyPenalties(l []float32) {
 				x *= rp
 			}
 		}
-		x -= float32(c)*fp + pp
+		x -= float32(float32(c)*fp) + pp
 		l[t] = x
 	}
 }
@@ -333,7 +333,7 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	var total float64
 	w := s.w[:n]
 	for j, id := range s.idx[:n] {
-		e := math.Exp((float64(buf[id]) - m) * inv)
+		e := math.Exp(float64((float64(buf[id]) - m) * inv))
 		total += e
 		w[j] = total
 	}

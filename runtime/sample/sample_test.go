@@ -177,7 +177,7 @@ func chiSquare(t *testing.T, counts []int, probs []float64, n int) float64 {
 			}
 			continue
 		}
-		e := p * float64(n)
+		e := float64(p * float64(n))
 		d := float64(counts[i]) - e
 		x2 += d * d / e
 	}

@@ -117,7 +117,7 @@ func check1(t *testing.T, name string, got, want func(float64) float64, xs []flo
 func samples(r *rand.Rand, n int, lo, hi float64) []float64 {
 	xs := make([]float64, n)
 	for i := range xs {
-		xs[i] = lo + (hi-lo)*r.Float64()
+		xs[i] = lo + float64((hi-lo)*r.Float64())
 	}
 	return xs
 }
@@ -188,7 +188,7 @@ func TestPow(t *testing.T) {
 	worst, miss := 0.0, 0
 	for i := 0; i < 200000; i++ {
 		x := float64(float32(r.Float64() * 20000))
-		y := float64(float32(-4 + 8*r.Float64()))
+		y := float64(float32(-4 + float64(8*r.Float64())))
 		g, w := gpow(x, y), math.Pow(x, y)
 		if math.IsInf(w, 0) || w == 0 {
 			continue

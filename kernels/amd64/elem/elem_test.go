@@ -209,7 +209,7 @@ func TestExp(t *testing.T) {
 			case 0:
 				z[i] = math.Float64frombits(rng.Uint64())
 			case 1:
-				z[i] = (rng.Float64()*2 - 1) * 800
+				z[i] = (float64(rng.Float64()*2) - 1) * 800
 			case 2: // softmax arguments: float32 values, mostly small negatives
 				z[i] = float64(float32(-rng.ExpFloat64() * math.Exp2(float64(rng.IntN(16)-8))))
 			default:

@@ -217,7 +217,7 @@ func TestFMA32(t *testing.T) {
 	for i := 0; i < 100000; i++ {
 		x, y, z := float32(r.NormFloat64()), float32(r.NormFloat64()), float32(r.NormFloat64()*math.Pow(2, float64(r.IntN(80)-40)))
 		// when float64 holds the exact sum, both routes round once
-		if p := float64(x)*float64(y) + float64(z); p-float64(x)*float64(y) == float64(z) {
+		if p := float64(float64(x)*float64(y)) + float64(z); p-float64(float64(x)*float64(y)) == float64(z) {
 			if fma32(x, y, z) != fmaTwice(x, y, z) {
 				t.Fatalf("fma32(%v, %v, %v) = %v, float64 route %v", x, y, z, fma32(x, y, z), fmaTwice(x, y, z))
 			}

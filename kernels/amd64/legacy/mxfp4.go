@@ -25,7 +25,7 @@ func e8m0Half(e uint8) float32 {
 // rounded to odd (round-to-nearest, then the odd neighbour when inexact),
 // which makes the final rounding to float32 exact.
 func fma32(a, b, c float32) float32 {
-	p := float64(a) * float64(b) // exact: 48 bits
+	p := float64(float64(a) * float64(b)) // exact: 48 bits
 	cc := float64(c)
 	r := p + cc
 	if r-r != 0 { // Inf or NaN

@@ -42,7 +42,7 @@ func TestDotMXFP4AVX2Reference(t *testing.T) {
 			if n == 32 && got != generic {
 				t.Fatalf("one block: %v, generic %v", got, generic)
 			}
-			if d := math.Abs(float64(got) - float64(generic)); d > 1e-5*mag+1e-30 {
+			if d := math.Abs(float64(got) - float64(generic)); d > float64(1e-5*mag)+1e-30 {
 				t.Fatalf("n=%d: %v vs generic %v (|terms| %v)", n, got, generic, mag)
 			}
 		}

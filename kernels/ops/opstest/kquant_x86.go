@@ -18,7 +18,7 @@ import (
 // float32 midpoint (an addend 2^29 times smaller than the product, say):
 // here the exact residue of the float64 sum breaks such ties.
 func fma32(a, b, c float32) float32 {
-	p, z := float64(a)*float64(b), float64(c) // p is exact: 48 bits
+	p, z := float64(float64(a)*float64(b)), float64(c) // p is exact: 48 bits
 	s := p + z
 	r := float32(s)
 	if math.IsInf(s, 0) || s != s || float64(r) == s {

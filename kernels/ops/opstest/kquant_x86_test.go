@@ -33,7 +33,7 @@ func TestFMA32(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	f := func() float32 {
-		return float32(math.Ldexp(r.Float64()*2-1, r.IntN(120)-60))
+		return float32(math.Ldexp(float64(r.Float64()*2)-1, r.IntN(120)-60))
 	}
 	for i := 0; i < 200000; i++ {
 		a, b, c := f(), f(), f()

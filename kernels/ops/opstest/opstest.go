@@ -100,7 +100,7 @@ func Blocks(d ops.BlockDecode, n int, r *rand.Rand) []byte {
 func Floats(n int, s float32, r *rand.Rand) []float32 {
 	x := make([]float32, n)
 	for i := range x {
-		x[i] = (2*r.Float32() - 1) * s
+		x[i] = (float32(2*r.Float32()) - 1) * s
 	}
 	return x
 }
@@ -150,7 +150,7 @@ func Args(name string, seed uint64) []any {
 		}
 		kc, vc := make([]uint16, 2*ctx*dim), make([]uint16, 2*ctx*dim)
 		for i := range kc {
-			kc[i], vc[i] = quant.F32ToF16(2*r.Float32()-1), quant.F32ToF16(2*r.Float32()-1)
+			kc[i], vc[i] = quant.F32ToF16(float32(2*r.Float32())-1), quant.F32ToF16(float32(2*r.Float32())-1)
 		}
 		if name == "KVStoreSeq" {
 			return []any{Floats(rows*dim, 2, r), Floats(rows*dim, 2, r), kc, vc, rowPos, rowSeq, dim, ctx}
