@@ -17,6 +17,10 @@ import (
 //   - {% for t in items if cond %} (a loop filter, which the library
 //     ignores) collects the passing items first, so loop.index, loop.last
 //     and friends count only those, as in Jinja2.
+//   - x | string becomes x | __jl_string, Python's str() (the library's
+//     filter cannot be overridden, builtins are looked up first).
+//   - f(*x) and f(**x), which the library does not parse, become
+//     __jl_call(f, spec, ...), which spreads the arguments in Go.
 
 type tokKind int
 
@@ -137,7 +141,7 @@ func operandStart(toks []token, i int) int {
 			if k < 0 {
 				return -1
 			}
-			j = k
+			j, t = k, toks[k]
 		case t.kind == tName && keywords[t.text]:
 			return -1
 		case t.kind == tName || t.kind == tNum || t.kind == tStr:
@@ -175,6 +179,20 @@ func rewriteExpr(s string) string {
 				done = false
 				break
 			}
+			// v | string -> v | __jl_string
+			if t.text == "|" && toks[i+1].text == "string" && (i+2 == len(toks) || toks[i+2].text != "(") {
+				s = s[:toks[i+1].start] + "__jl_string" + s[toks[i+1].end:]
+				done = false
+				break
+			}
+			// f(a, *x, k=v, **d) -> __jl_call(f, "p*k", a, x, d, k=v)
+			if t.text == "(" && (toks[i-1].kind == tName && !keywords[toks[i-1].text] || toks[i-1].text == ")" || toks[i-1].text == "]") {
+				if r, ok := rewriteStarCall(s, toks, i); ok {
+					s = r
+					done = false
+					break
+				}
+			}
 			// v | tojson(indent=...) -> __jl_tojson(v, indent=...)
 			if t.text == "|" && toks[i+1].text == "tojson" && i+2 < len(toks) && toks[i+2].text == "(" {
 				k := match(toks, i+2)
@@ -201,6 +219,73 @@ func rewriteExpr(s string) string {
 		}
 	}
 	return s
+}
+
+// rewriteStarCall rewrites the call whose argument list opens at toks[open]
+// if an argument is *x or **x; ok is false when none is or the callee is
+// not a plain primary.
+func rewriteStarCall(s string, toks []token, open int) (string, bool) {
+	end := match(toks, open)
+	if end < 0 {
+		return "", false
+	}
+	type arg struct {
+		a, b int // token range, star marker excluded
+		kind byte
+	}
+	var args []arg
+	star := false
+	for a := open + 1; a < end; {
+		b := a
+		for b < end && toks[b].text != "," {
+			if k := toks[b].text; k == "(" || k == "[" || k == "{" {
+				if b = match(toks, b); b < 0 || b > end {
+					return "", false
+				}
+			}
+			b++
+		}
+		if b > a {
+			x := arg{a, b, 'p'}
+			switch {
+			case toks[a].text == "*":
+				x.a, x.kind, star = a+1, '*', true
+			case toks[a].text == "**":
+				x.a, x.kind, star = a+1, 'k', true
+			case toks[a].kind == tName && a+1 < b && toks[a+1].text == "=":
+				x.kind = '='
+			}
+			if x.a >= x.b {
+				return "", false
+			}
+			args = append(args, x)
+		}
+		a = b + 1
+	}
+	if !star {
+		return "", false
+	}
+	st := operandStart(toks, open-1)
+	if st < 0 {
+		return "", false
+	}
+	for j := st; j < open; j++ {
+		if toks[j].text == "|" {
+			return "", false // a filter's arguments, not a call
+		}
+	}
+	var spec, pos, kw strings.Builder
+	for _, x := range args {
+		text := s[toks[x.a].start:toks[x.b-1].end]
+		if x.kind == '=' {
+			kw.WriteString(", " + text)
+			continue
+		}
+		spec.WriteByte(x.kind)
+		pos.WriteString(", " + text)
+	}
+	call := "__jl_call(" + s[toks[st].start:toks[open-1].end] + ", \"" + spec.String() + "\"" + pos.String() + kw.String() + ")"
+	return s[:toks[st].start] + call + s[toks[end].end:], true
 }
 
 // tag is a {{ }} or {% %} in the source.

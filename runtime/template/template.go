@@ -13,6 +13,9 @@
 //   - tojson(indent=N) in the library goes through encoding/json, which
 //     sorts keys and escapes <, > and &; Compile rewrites those filter calls
 //     to an order-preserving encoder with Python's json.dumps layout.
+//   - The string filter prints Python's str() (repr of nested strings, None,
+//     True/False, float layout); calls with *args or **kwargs are spread by
+//     the wrapper, as the library does not parse them (see rewrite.go).
 package template
 
 import (
@@ -77,11 +80,13 @@ func (t *Template) RenderValues(data map[string]jinja.Value) (out string, err er
 			err = fmt.Errorf("template: render panicked: %v", r)
 		}
 	}()
-	vals := make(map[string]jinja.Value, len(data)+1)
+	vals := make(map[string]jinja.Value, len(data)+3)
 	for k, v := range data {
 		vals[k] = v
 	}
 	vals["__jl_tojson"] = tojson
+	vals["__jl_string"] = pyString
+	vals["__jl_call"] = starCall
 	return t.t.RenderValues(vals)
 }
 
