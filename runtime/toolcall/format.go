@@ -30,11 +30,13 @@ type Call struct {
 type kind uint8
 
 const (
-	kJSON     kind = iota // call objects {"name":..., "arguments":...} between markers
-	kNameArgs             // begin NAME sep {arguments} end
-	kXML                  // <function=NAME><parameter=K>V</parameter></function>
-	kGLM                  // NAME<arg_key>K</arg_key><arg_value>V</arg_value>
-	kPy                   // [name(key=value, ...), ...] in Python syntax
+	kJSON        kind = iota // call objects {"name":..., "arguments":...} between markers
+	kNameArgs                // begin NAME sep {arguments} end
+	kXML                     // <function=NAME><parameter=K>V</parameter></function>
+	kGLM                     // NAME<arg_key>K</arg_key><arg_value>V</arg_value>
+	kPy                      // [name(key=value, ...), ...] in Python syntax
+	kHarmony                 // gpt-oss: messages with headers; a call is one addressed to=functions.NAME
+	kFunctionary             // >>>NAME\n{arguments}, >>>all\ntext
 )
 
 // Format is one family's tool-call syntax.
@@ -52,6 +54,19 @@ type Format struct {
 	idLen      int      // 0: "call_" + 24 random characters; n: n alphanumerics (Mistral)
 	nameFix    func(string) string
 	xml        *xmlTags
+	extra      []string // more marker texts the parser reads (harmony's message framing)
+	nameKey    string   // kJSON: the key of the name ("" = "name")
+	fence      bool     // kJSON: the body may sit in a ``` fence after Begin (Command R)
+	skip       string   // a call of this name is no call (Command R's directly-answer)
+	para       bool     // the ignore markers separate messages: their texts are paragraphs
+}
+
+// nameK is the key of a call object's name.
+func (f *Format) nameK() string {
+	if f.nameKey == "" {
+		return "name"
+	}
+	return f.nameKey
 }
 
 // xmlTags spell an XML-style call: fn NAME fnEnd (param KEY paramEnd VALUE
@@ -89,10 +104,25 @@ var (
 	GLM = &Format{Name: "glm", kind: kGLM, Begin: "<tool_call>", End: "</tool_call>", argsKeys: []string{"arguments", "parameters"}}
 	// LFM2 (Liquid): <|tool_call_start|>[name(key=value)]<|tool_call_end|>; a JSON body is accepted too.
 	LFM2 = &Format{Name: "lfm2", kind: kPy, Begin: "<|tool_call_start|>", End: "<|tool_call_end|>", argsKeys: []string{"arguments", "parameters"}}
+	// gpt-oss (harmony): <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>;
+	// the text of the other messages (analysis, final) is content.
+	Harmony = &Format{Name: "harmony", kind: kHarmony, Begin: "<|channel|>", End: "<|call|>",
+		extra: []string{"<|start|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>"}}
+	// Functionary v3.2: >>>NAME\n{...} per call, >>>all\n before text.
+	Functionary = &Format{Name: "functionary-v3.2", kind: kFunctionary, Begin: ">>>"}
+	// Command R / R+: Action:\n```json\n[{"tool_name": ..., "parameters": ...}]```; a call
+	// of directly-answer means no call.
+	CommandR = &Format{Name: "command-r", kind: kJSON, Begin: "Action:", End: "```", array: true, argsKeys: []string{"parameters"},
+		nameKey: "tool_name", fence: true, skip: "directly-answer"}
+	// Command R7B / Command A: <|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}]<|END_ACTION|>;
+	// the plan (thinking) and the response are content, a paragraph each.
+	CommandR7B = &Format{Name: "command-r7b", kind: kJSON, Begin: "<|START_ACTION|>", End: "<|END_ACTION|>", array: true,
+		argsKeys: []string{"parameters"}, nameKey: "tool_name", para: true,
+		ignore: []string{"<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"}}
 )
 
 // Formats lists every format, for tests and docs.
-var Formats = []*Format{Hermes, Llama3, Mistral, MistralV11, Granite, Nemotron, FireFunc, DeepSeekV3, KimiK2, QwenXML, SeedOSS, MiniMax, GLM, LFM2}
+var Formats = []*Format{Hermes, Llama3, Mistral, MistralV11, Granite, Nemotron, FireFunc, DeepSeekV3, KimiK2, QwenXML, SeedOSS, MiniMax, GLM, LFM2, Harmony, Functionary, CommandR, CommandR7B}
 
 // kimiName turns "functions.get_weather:0" into "get_weather".
 func kimiName(s string) string {
@@ -108,6 +138,14 @@ func kimiName(s string) string {
 func Detect(template string) (f *Format, ok bool) {
 	has := func(s string) bool { return strings.Contains(template, s) }
 	switch {
+	case has("<|channel|>") && has("<|start|>assistant"):
+		return Harmony, true
+	case has(">>>all"):
+		return Functionary, true
+	case has("<|START_ACTION|>"):
+		return CommandR7B, true
+	case has("Action:") && has(`"tool_name"`):
+		return CommandR, true
 	case has("[TOOL_CALLS]") && has("[ARGS]"):
 		return MistralV11, true
 	case has("[TOOL_CALLS]"):
@@ -150,7 +188,7 @@ func (f *Format) Markers() []string {
 			out = append(out, s)
 		}
 	}
-	return append(out, f.ignore...)
+	return append(append(out, f.ignore...), f.extra...)
 }
 
 const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -193,18 +231,30 @@ func (f *Format) Grammar(tools []Tool, v *grammar.Vocab) (*grammar.Grammar, erro
 		name, _ := json.Marshal(t.Name)
 		var p []grammar.Part
 		switch f.kind {
+		case kHarmony:
+			// No <|call|> after the arguments: it ends generation (an EOG
+			// token, never a special one the grammar can ask for).
+			p = []grammar.Part{mark(f.Begin), grammar.Lit("commentary to=functions." + t.Name + " "), mark("<|constrain|>"),
+				grammar.Lit("json"), mark("<|message|>"), grammar.Schema(params)}
 		case kNameArgs:
 			p = []grammar.Part{grammar.Lit(t.Name), mark(f.sep), grammar.Schema(params)}
+		case kFunctionary: // the prompt ends with >>>
+			p = []grammar.Part{grammar.Lit(t.Name + "\n"), grammar.Schema(params)}
 		default: // kJSON, and kXML whose parser takes a JSON body too
 			key, _ := json.Marshal(f.argsKeys[0])
-			p = []grammar.Part{grammar.Lit(`{"name": ` + string(name) + `, ` + string(key) + `: `), grammar.Schema(params), grammar.Lit("}")}
+			nk, _ := json.Marshal(f.nameK())
+			p = []grammar.Part{grammar.Lit(`{` + string(nk) + `: ` + string(name) + `, ` + string(key) + `: `), grammar.Schema(params), grammar.Lit("}")}
 		}
 		alts = append(alts, p)
 	}
 	var parts []grammar.Part
 	switch {
+	case f.kind == kHarmony || f.kind == kFunctionary: // each alternative is a whole call: the prompt ends with <|start|>assistant / >>>
+		parts = append(parts, grammar.Choice(alts...))
 	case f.kind == kXML || f.kind == kGLM:
 		parts = append(parts, mark(f.Begin), grammar.Lit("\n"), grammar.Choice(alts...), grammar.Lit("\n"), mark(f.End))
+	case f.fence:
+		parts = append(parts, mark(f.Begin), grammar.Lit("\n```json\n["), grammar.Choice(alts...), grammar.Lit("]\n"), mark(f.End))
 	case f.array:
 		parts = append(parts, mark(f.Begin), grammar.Lit("["), grammar.Choice(alts...), grammar.Lit("]"))
 		if f.End != "" {
@@ -224,7 +274,7 @@ func (f *Format) Grammar(tools []Tool, v *grammar.Vocab) (*grammar.Grammar, erro
 	if f.bare { // Llama 3 writes custom tool calls without the tag
 		parts = []grammar.Part{grammar.Choice(alts...)}
 	}
-	if len(f.ignore) == 2 { // the section markers around the calls
+	if len(f.ignore) == 2 && !f.para { // the section markers around the calls
 		parts = append(append([]grammar.Part{mark(f.ignore[0])}, parts...), mark(f.ignore[1]))
 	}
 	return grammar.Sequence(parts...)

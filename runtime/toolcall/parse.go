@@ -43,7 +43,10 @@ const (
 	mGLMHead
 	mGLM
 	mPyHead
-	mPy // Python calls, read whole at End (or at Close)
+	mPy      // Python calls, read whole at End (or at Close)
+	mHarText // harmony: the body of a text message (mText reads a header)
+	mFnName  // functionary: the recipient after >>>
+	mFence   // Command R: an optional ```json line before the body
 )
 
 // Parser turns generated text into content and calls as it arrives. Feed
@@ -67,6 +70,7 @@ type Parser struct {
 	xmlFns  int    // functions read in the current XML section
 	opener  string // the marker that opened the current call ("" for a bare one)
 	badName bool   // a bare object named no tool
+	paraSep bool   // a message ended (harmony, para): the next text opens a paragraph
 }
 
 // pending is the call being read.
@@ -83,6 +87,9 @@ type pending struct {
 // NewParser starts a parse; tools gives XML formats the parameter types.
 func (f *Format) NewParser(tools []Tool) *Parser {
 	p := &Parser{f: f, types: map[string]map[string]string{}, names: map[string]bool{}}
+	if f.kind == kFunctionary {
+		p.mode = mFnName // the prompt ends with >>>
+	}
 	for _, t := range tools {
 		p.names[t.Name] = true
 		var s struct {
@@ -130,6 +137,18 @@ func (p *Parser) text(t string) {
 	}
 }
 
+// paraText is content; the first text of a new message (paraSep) opens a
+// paragraph: a blank line, not the previous message's trailing space.
+func (p *Parser) paraText(s string) {
+	if s == "" {
+		return
+	}
+	if p.paraSep {
+		p.heldWS, p.paraSep = "\n\n", false
+	}
+	p.text(s)
+}
+
 // Feed adds generated text and returns what it completes. The events
 // slice is reused by the next call.
 func (p *Parser) Feed(s string) []Event {
@@ -147,7 +166,11 @@ func (p *Parser) Close() []Event {
 	}
 	switch p.mode {
 	case mText:
-		p.text(p.buf)
+		if p.f.kind != kHarmony || !looksHead(p.buf, true) { // an unfinished harmony header is dropped
+			p.paraText(p.buf)
+		}
+	case mHarText:
+		p.paraText(p.buf)
 	case mEnd:
 	case mPy:
 		p.pyCalls(p.buf, "")
@@ -155,7 +178,7 @@ func (p *Parser) Close() []Event {
 		if p.cur != nil && p.cur.name != "" {
 			p.finish() // cut short (max_tokens): keep what was generated
 		} else if p.cur == nil {
-			p.text(p.opener + p.buf)
+			p.paraText(p.opener + p.buf)
 		}
 	}
 	p.buf = ""
@@ -174,7 +197,38 @@ func (p *Parser) openers() []string { return append([]string{p.f.Begin}, p.f.ign
 func (p *Parser) step() bool {
 	switch p.mode {
 	case mText:
+		if p.f.kind == kHarmony {
+			return p.stepHarmonyHead()
+		}
 		return p.stepText()
+	case mHarText:
+		return p.stepHarmonyText()
+	case mFnName:
+		return p.stepFnName()
+	case mFence:
+		t := strings.TrimLeft(p.buf, " \n\t\r")
+		switch {
+		case t == "" || len(t) < 3 && strings.HasPrefix("```", t):
+			return false
+		case strings.HasPrefix(t, "```"): // ```json, then the list on the next line or the same
+			i := strings.IndexAny(t[3:], "\n[")
+			if i < 0 || i > 32 {
+				if len(t) > 32+3 {
+					return p.openerText()
+				}
+				return false
+			}
+			if i += 3; t[i] == '\n' {
+				i++
+			}
+			p.buf = t[i:]
+		case t[0] == '[':
+			p.buf = t
+		default: // "Action:" in prose
+			return p.openerText()
+		}
+		p.enterBody()
+		return true
 	case mName:
 		i := strings.Index(p.buf, p.f.sep)
 		if i < 0 {
@@ -337,10 +391,13 @@ func (p *Parser) stepText() bool {
 		}
 	}
 	if first >= 0 {
-		p.text(p.buf[:first])
+		p.paraText(p.buf[:first])
 		p.buf = p.buf[first+len(which):]
 		p.opener = which
 		if which != p.f.Begin {
+			if p.f.para { // the text after it is a new paragraph
+				p.paraSep = p.content.Len() > 0
+			}
 			return true // a section marker: dropped
 		}
 		switch p.f.kind {
@@ -352,7 +409,13 @@ func (p *Parser) stepText() bool {
 			p.mode = mGLMHead
 		case kPy:
 			p.mode = mPyHead
+		case kFunctionary:
+			p.mode = mFnName
 		default:
+			if p.f.fence {
+				p.mode = mFence
+				return true
+			}
 			p.enterBody()
 		}
 		return true
@@ -367,7 +430,7 @@ func (p *Parser) stepText() bool {
 			}
 		}
 	}
-	p.text(p.buf[:len(p.buf)-hold])
+	p.paraText(p.buf[:len(p.buf)-hold])
 	p.buf = p.buf[len(p.buf)-hold:]
 	return false
 }
@@ -387,6 +450,9 @@ func (p *Parser) enterBody() {
 func (p *Parser) fallback() bool {
 	if p.cur != nil && p.cur.started {
 		// Already announced: the call ends here, what follows is text.
+		if c := p.cur; p.mode == mBody && c.streaming && c.argsStart >= 0 && !c.argsDone && c.argsSent < p.pos {
+			p.args(p.buf[c.argsSent:min(p.pos, len(p.buf))]) // all that was read, however the text was split
+		}
 		p.finish()
 		rest := ""
 		if p.mode == mBody && p.pos < len(p.buf) {
@@ -395,8 +461,22 @@ func (p *Parser) fallback() bool {
 		p.buf, p.mode = rest, mText
 		return true
 	}
-	p.text(p.opener + p.buf)
+	if p.opener != "" {
+		// The opener is text; what follows is read again as text, where a
+		// later opener may still start a call (as when it arrives later).
+		p.cur = nil
+		return p.openerText()
+	}
+	p.paraText(p.buf) // a bare object (Llama 3) that is not a call
 	p.buf, p.cur, p.mode = "", nil, mText
+	return true
+}
+
+// openerText: what follows the opener (>>>, Action:) opens no call; the
+// opener is text, and a later one may still open a call.
+func (p *Parser) openerText() bool {
+	p.paraText(p.opener)
+	p.opener, p.mode = "", mText
 	return true
 }
 
@@ -423,6 +503,10 @@ func (p *Parser) args(s string) {
 // finish closes the current call.
 func (p *Parser) finish() {
 	c := p.cur
+	if c.name == p.f.skip && c.name != "" {
+		p.cur = nil
+		return
+	}
 	p.startCall()
 	if c.args.Len() == 0 {
 		p.args("{}")
@@ -526,7 +610,7 @@ func (p *Parser) valueEnd(key, raw string) {
 		return
 	}
 	switch {
-	case key == "name":
+	case key == p.f.nameK():
 		var s string
 		if json.Unmarshal([]byte(raw), &s) == nil && s != "" && c.name == "" {
 			if p.opener == "" && len(p.names) > 0 && !p.names[s] {
@@ -534,6 +618,9 @@ func (p *Parser) valueEnd(key, raw string) {
 				return
 			}
 			c.name = s
+			if s == p.f.skip {
+				return // never announced, dropped at finish
+			}
 			p.startCall()
 		}
 	case key == "id":
@@ -545,7 +632,9 @@ func (p *Parser) valueEnd(key, raw string) {
 		c.argsDone = true
 		switch {
 		case c.streaming:
-			p.args(p.buf[c.argsSent : c.argsStart+len(raw)])
+			if end := c.argsStart + len(raw); end > c.argsSent {
+				p.args(p.buf[c.argsSent:end])
+			}
 		case c.argsIsStr:
 			var s string
 			if json.Unmarshal([]byte(raw), &s) == nil && json.Valid([]byte(s)) {
@@ -560,7 +649,7 @@ func (p *Parser) valueEnd(key, raw string) {
 			c.args.WriteString(raw)
 		}
 	}
-	if c.started && !c.streaming && c.args.Len() > 0 && key == "name" {
+	if c.started && !c.streaming && c.args.Len() > 0 && key == p.f.nameK() {
 		// The arguments came before the name: send them now.
 		s := c.args.String()
 		c.args.Reset()
@@ -685,7 +774,7 @@ func (p *Parser) endXML() {
 func (p *Parser) pyCalls(body, end string) {
 	calls, ok := parsePyCalls(body, p.f.kind == kPy)
 	if !ok {
-		p.text(p.opener + body + end)
+		p.paraText(p.opener + body + end)
 		return
 	}
 	for _, c := range calls {
@@ -774,6 +863,9 @@ func (s *scanner) next(buf string, i int) (scanEvent, scanEvent) {
 	at := s.depth == s.callDepth
 	switch c {
 	case '"':
+		if at && s.inVal && !s.valCont {
+			return evBad, evNone // a string inside a scalar: not JSON
+		}
 		s.inStr = true
 		if at && !s.inVal {
 			if s.expectKey {
@@ -785,7 +877,7 @@ func (s *scanner) next(buf string, i int) (scanEvent, scanEvent) {
 		}
 		return evNone, evNone
 	case '{', '[':
-		if s.depth == 0 && (c == '[') != (s.callDepth == 2) {
+		if s.depth == 0 && (c == '[') != (s.callDepth == 2) || at && s.inVal && !s.valCont {
 			return evBad, evNone
 		}
 		ev := evNone

@@ -18,12 +18,24 @@ var weatherTool = toolcall.Tool{Name: "get_weather", Parameters: json.RawMessage
 // name one of them).
 var testTools = []toolcall.Tool{weatherTool, {Name: "get_time"}, {Name: "f"}, {Name: "g"}}
 
+// readTemplate reads a model's chat template: this package's own copy
+// (testdata/templates) or the template package's.
+func readTemplate(name string) ([]byte, error) {
+	if b, err := os.ReadFile("testdata/templates/" + name + ".jinja"); err == nil {
+		return b, nil
+	}
+	return os.ReadFile("../template/testdata/templates/models/" + name + ".jinja")
+}
+
+// stringArgs are the templates that take a call's arguments as JSON text.
+var stringArgs = map[string]bool{"meetkai-functionary-medium-v3.2": true}
+
 // render renders a conversation whose assistant turn is a call of
 // get_weather with the model's own template, and returns the template's
 // text of that turn (what the model would have generated).
 func render(t *testing.T, name, from, to string, ncalls int) string {
 	t.Helper()
-	src, err := os.ReadFile("../template/testdata/templates/models/" + name + ".jinja")
+	src, err := readTemplate(name)
 	if err != nil {
 		t.Fatalf("no template %s: %v", name, err)
 	}
@@ -31,12 +43,16 @@ func render(t *testing.T, name, from, to string, ncalls int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var a1, a2 any = map[string]any{"city": "Paris", "days": 3}, map[string]any{"city": "Nice"}
+	if stringArgs[name] { // the template concatenates arguments: OpenAI's JSON text
+		a1, a2 = `{"city": "Paris", "days": 3}`, `{"city": "Nice"}`
+	}
 	vars := map[string]any{
 		"messages": []any{
 			map[string]any{"role": "user", "content": "Weather in Paris?"},
 			map[string]any{"role": "assistant", "content": "", "tool_calls": []any{
-				map[string]any{"id": "abcDEF123", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": map[string]any{"city": "Paris", "days": 3}}},
-				map[string]any{"id": "xyzXYZ789", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": map[string]any{"city": "Nice"}}},
+				map[string]any{"id": "abcDEF123", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": a1}},
+				map[string]any{"id": "xyzXYZ789", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": a2}},
 			}[:ncalls]},
 		},
 		"tools":                 []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "description": "d", "parameters": json.RawMessage(weatherTool.Parameters)}}},
@@ -123,33 +139,43 @@ func TestTemplateOutputs(t *testing.T) {
 		template string
 		format   *toolcall.Format
 		from, to string
+		lead     string // what the model writes before the call ("Let me check.\n" when "")
+		ncalls   int    // calls the template renders in one turn (2 when 0)
 	}{
-		{"Qwen-Qwen2.5-7B-Instruct", toolcall.Hermes, "<tool_call>", "<|im_end|>"},
-		{"Qwen-Qwen3-0.6B", toolcall.Hermes, "<tool_call>", "<|im_end|>"},
-		{"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", toolcall.Hermes, "<tool_call>", "<|im_end|>"},
-		{"meta-llama-Llama-3.1-8B-Instruct", toolcall.Llama3, `{"name"`, "<|eot_id|>"},
-		{"meta-llama-Llama-3.2-3B-Instruct", toolcall.Llama3, `{"name"`, "<|eot_id|>"},
-		{"mistralai-Mistral-Nemo-Instruct-2407", toolcall.Mistral, "[TOOL_CALLS]", "</s>"},
-		{"Mistral-Small-3.2-24B-Instruct-2506", toolcall.MistralV11, "[TOOL_CALLS]", "</s>"},
-		{"unsloth-mistral-Devstral-Small-2507", toolcall.MistralV11, "[TOOL_CALLS]", "</s>"},
-		{"deepseek-ai-DeepSeek-V3.1", toolcall.DeepSeekV3, "<｜tool▁calls▁begin｜>", "<｜end▁of▁sentence｜>"},
-		{"moonshotai-Kimi-K2", toolcall.KimiK2, "<|tool_calls_section_begin|>", "<|im_end|>"},
-		{"Qwen3-Coder", toolcall.QwenXML, "<tool_call>", "<|im_end|>"},
-		{"Qwen3.5-4B", toolcall.QwenXML, "<tool_call>", "<|im_end|>"},
-		{"GLM-4.6", toolcall.GLM, "<tool_call>", ""},
-		{"GLM-4.7-Flash", toolcall.GLM, "<tool_call>", ""},
-		{"poolside-Laguna-XS-2.1", toolcall.GLM, "<tool_call>", "</assistant>"},
-		{"LFM2.5-8B-A1B", toolcall.LFM2, "<|tool_call_start|>", "<|im_end|>"},
-		{"ByteDance-Seed-OSS", toolcall.SeedOSS, "<seed:tool_call>", "<seed:eos>"},
-		{"MiniMax-M2", toolcall.MiniMax, "<minimax:tool_call>", "[e~["},
-		{"NVIDIA-Nemotron-Nano-v2", toolcall.Nemotron, "<TOOLCALL>", "<SPECIAL_12>"},
-		{"fireworks-ai-llama-3-firefunction-v2", toolcall.FireFunc, " functools", "<|eot_id|>"},
+		{"Qwen-Qwen2.5-7B-Instruct", toolcall.Hermes, "<tool_call>", "<|im_end|>", "", 0},
+		{"Qwen-Qwen3-0.6B", toolcall.Hermes, "<tool_call>", "<|im_end|>", "", 0},
+		{"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", toolcall.Hermes, "<tool_call>", "<|im_end|>", "", 0},
+		{"meta-llama-Llama-3.1-8B-Instruct", toolcall.Llama3, `{"name"`, "<|eot_id|>", "", 0},
+		{"meta-llama-Llama-3.2-3B-Instruct", toolcall.Llama3, `{"name"`, "<|eot_id|>", "", 0},
+		{"mistralai-Mistral-Nemo-Instruct-2407", toolcall.Mistral, "[TOOL_CALLS]", "</s>", "", 0},
+		{"Mistral-Small-3.2-24B-Instruct-2506", toolcall.MistralV11, "[TOOL_CALLS]", "</s>", "", 0},
+		{"unsloth-mistral-Devstral-Small-2507", toolcall.MistralV11, "[TOOL_CALLS]", "</s>", "", 0},
+		{"deepseek-ai-DeepSeek-V3.1", toolcall.DeepSeekV3, "<｜tool▁calls▁begin｜>", "<｜end▁of▁sentence｜>", "", 0},
+		{"moonshotai-Kimi-K2", toolcall.KimiK2, "<|tool_calls_section_begin|>", "<|im_end|>", "", 0},
+		{"Qwen3-Coder", toolcall.QwenXML, "<tool_call>", "<|im_end|>", "", 0},
+		{"Qwen3.5-4B", toolcall.QwenXML, "<tool_call>", "<|im_end|>", "", 0},
+		{"GLM-4.6", toolcall.GLM, "<tool_call>", "", "", 0},
+		{"GLM-4.7-Flash", toolcall.GLM, "<tool_call>", "", "", 0},
+		{"poolside-Laguna-XS-2.1", toolcall.GLM, "<tool_call>", "</assistant>", "", 0},
+		{"LFM2.5-8B-A1B", toolcall.LFM2, "<|tool_call_start|>", "<|im_end|>", "", 0},
+		{"ByteDance-Seed-OSS", toolcall.SeedOSS, "<seed:tool_call>", "<seed:eos>", "", 0},
+		{"MiniMax-M2", toolcall.MiniMax, "<minimax:tool_call>", "[e~[", "", 0},
+		{"NVIDIA-Nemotron-Nano-v2", toolcall.Nemotron, "<TOOLCALL>", "<SPECIAL_12>", "", 0},
+		{"fireworks-ai-llama-3-firefunction-v2", toolcall.FireFunc, " functools", "<|eot_id|>", "", 0},
+		// The output follows the prompt's <|start|>assistant; the template
+		// renders one call per turn, with to= before the channel.
+		{"openai-gpt-oss-120b", toolcall.Harmony, " to=functions.", "", "<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant", 1},
+		// The output follows the prompt's >>>: text is addressed to all.
+		{"meetkai-functionary-medium-v3.2", toolcall.Functionary, ">>>get_weather", "<|eot_id|>", "all\nLet me check.\n", 0},
+		{"CohereForAI-c4ai-command-r-plus-tool_use", toolcall.CommandR, "\nAction:", "<|START_OF_TURN_TOKEN|>", "", 0},
+		{"CohereForAI-c4ai-command-r7b-12-2024-tool_use", toolcall.CommandR7B, "<|START_ACTION|>", "<|END_OF_TURN_TOKEN|>", "<|START_THINKING|>Let me check.<|END_THINKING|>", 0},
+		{"Cohere2MoE", toolcall.CommandR7B, "<|START_ACTION|>", "<|END_OF_TURN_TOKEN|>", "<|START_THINKING|>Let me check.<|END_THINKING|>", 0},
 	}
 	want := []toolcall.Call{{Name: "get_weather", Arguments: `{"city":"Paris","days":3}`}, {Name: "get_weather", Arguments: `{"city":"Nice"}`}}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, c := range cases {
 		t.Run(c.template, func(t *testing.T) {
-			src, _ := os.ReadFile("../template/testdata/templates/models/" + c.template + ".jinja")
+			src, _ := readTemplate(c.template)
 			if f, ok := toolcall.Detect(string(src)); !ok || f != c.format {
 				t.Fatalf("detected %v (%v), want %s", f.Name, ok, c.format.Name)
 			}
@@ -157,9 +183,16 @@ func TestTemplateOutputs(t *testing.T) {
 			if c.format == toolcall.Llama3 {
 				n = 1 // the Llama 3 templates render one call per turn
 			}
+			if c.ncalls > 0 {
+				n = c.ncalls
+			}
+			lead := "Let me check.\n"
+			if c.lead != "" {
+				lead = c.lead
+			}
 			text := render(t, c.template, c.from, c.to, n)
 			for trial := 0; trial < 5; trial++ {
-				content, calls := parse(t, c.format, "Let me check.\n"+text, r)
+				content, calls := parse(t, c.format, lead+text, r)
 				if content != "Let me check." && !(c.format == toolcall.Llama3 && content != "") {
 					t.Errorf("content %q", content)
 				}
@@ -205,6 +238,25 @@ func TestPlainTextAndMalformed(t *testing.T) {
 		{toolcall.Llama3, `{"name": "f", "parameters": {"a": [1, {"b": "}"}]}}; {"name": "g", "parameters": {}}`, "", 2},
 		{toolcall.MistralV11, "[TOOL_CALLS]f[ARGS]{\"q\": \"a}b\"}[TOOL_CALLS]g[ARGS]{}", "", 2},
 		{toolcall.Hermes, `<tool_call>{"name": "f", "arguments": {"a": tru`, "", 1}, // cut short by max_tokens
+		{toolcall.Harmony, "<|channel|>analysis<|message|>Think. <|end|><|start|>assistant<|channel|>final<|message|>Sunny.<|return|>", "Think.\n\nSunny.", 0},
+		{toolcall.Harmony, "Hello, no header  ", "Hello, no header  ", 0},
+		{toolcall.Harmony, "<|channel|>analysis<|message|>Need f and g.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": \"<|end|>\"}<|call|>" +
+			"<|start|>assistant to=functions.g<|channel|>commentary json<|message|>{}<|call|>", "Need f and g.", 2},
+		{toolcall.Harmony, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": tru", "", 1},
+		{toolcall.Harmony, "<|channel|>final<|message|>Done.<|return|>", "Done.", 0},
+		{toolcall.Harmony, "<|channel|>commentary to=functions. <|constrain|>json<|message|>{}<|call|>", "{}", 0},
+		{toolcall.Functionary, "get_weather\n{\"city\": \">>>x\"}>>>f\n{}", "", 2},
+		{toolcall.Functionary, "all\nIt is 3 >>> 2, and a>>>b\nc.", "It is 3 >>> 2, and a>>>b\nc.", 0},
+		{toolcall.Functionary, "Hello there", "Hello there", 0},
+		{toolcall.Functionary, "python\nprint(1)", "python\nprint(1)", 0},
+		{toolcall.Functionary, "f\n{\"a\": tru", "", 1},
+		{toolcall.CommandR7B, "<|START_THINKING|>Plan. <|END_THINKING|><|START_RESPONSE|>Answer.<|END_RESPONSE|>", "Plan.\n\nAnswer.", 0},
+		{toolcall.CommandR7B, "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": {}}]<|END_ACTION|>", "", 1},
+		{toolcall.CommandR, "Action: ```json[{\"tool_name\": \"f\", \"parameters\": {\"a\": \"x\\ny\"}}]```Done.", "Done.", 1},
+		{toolcall.CommandR, "Action: I will search. Action:", "Action: I will search. Action:", 0},
+		{toolcall.CommandR, "Action:\n```json\n[{\"tool_name\": \"directly-answer\", \"parameters\": {}}]\n```", "", 0},
+		{toolcall.CommandR, "Plan.\nAction:\n```json\n[{\"tool_name\": \"directly-answer\", \"parameters\": {}}, {\"tool_name\": \"f\", \"parameters\": {\"a\": \"```\"}}]\n```", "Plan.", 1},
+		{toolcall.CommandR, "Action: [{\"tool_name\": \"f\", \"parameters\": {}}, {\"parameters\": {}, \"tool_name\": \"g\"}]", "", 2},
 	} {
 		content, calls := parse(t, c.f, c.text, r)
 		if content != c.want || len(calls) != c.calls {
@@ -237,6 +289,14 @@ func TestGrammarRoundTrip(t *testing.T) {
 			text = `[TOOL_CALLS]get_time[ARGS]{"tz": "CET"}`
 		case "deepseek-v3.1":
 			text = `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{"tz": "CET"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>`
+		case "harmony":
+			text = `<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"tz": "CET"}`
+		case "command-r7b":
+			text = "<|START_ACTION|>[" + `{"tool_name": "get_time", "parameters": {"tz": "CET"}}` + "]<|END_ACTION|>"
+		case "command-r":
+			text = "Action:\n```json\n[" + `{"tool_name": "get_time", "parameters": {"tz": "CET"}}` + "]\n```"
+		case "functionary-v3.2":
+			text = "get_time\n" + `{"tz": "CET"}`
 		case "kimi-k2":
 			text = `<|tool_calls_section_begin|><|tool_call_begin|>get_time<|tool_call_argument_begin|>{"tz": "CET"}<|tool_call_end|><|tool_calls_section_end|>`
 		default:
@@ -295,6 +355,10 @@ func FuzzParser(f *testing.F) {
 	f.Add("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>", uint64(4), uint8(9))
 	f.Add("<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>", uint64(5), uint8(10))
 	f.Add("<|tool_call_start|>[f(a='x', b=[1, None])]<|tool_call_end|>", uint64(6), uint8(11))
+	f.Add("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}<|call|>", uint64(7), uint8(14))
+	f.Add("all\nSure.>>>f\n{\"a\": [1, \">>>\"]}>>>g\n{}", uint64(8), uint8(15))
+	f.Add("Action:\n```json\n[{\"tool_name\": \"f\", \"parameters\": {\"a\": 1}}]\n```", uint64(9), uint8(16))
+	f.Add("<|START_THINKING|>a<|END_THINKING|><|START_ACTION|>[{\"tool_name\": \"f\", \"parameters\": {}}]<|END_ACTION|>", uint64(10), uint8(17))
 	f.Fuzz(func(t *testing.T, text string, seed uint64, which uint8) {
 		if len(text) > 4096 {
 			return
