@@ -346,9 +346,8 @@ func (m *matmul) block(j0, j1, i0, i1 int) {
 			for ; i+k.tx <= i1; i += k.tx {
 				k.tile(in, wd[j*wrb:], wrb, q[(i-lo)*qrb:], qrb, y[(i-ylo)*out+j:], out)
 			}
-			if k.tw == 1 {
-				i = m.small(j, j+1, i, i1)
-			}
+			// the rows left after the tiles: 1×X small tiles on each weight row
+			i = m.small(j, j+k.tw, i, i1)
 			for ; i < i1; i++ {
 				qr := q[(i-lo)*qrb : (i-lo+1)*qrb]
 				for jj := j; jj < j+k.tw; jj++ {

@@ -61,3 +61,33 @@ func TestSmallBatchDecodeMatchesAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillLeftoverRowsMatchDecode prefills 13 rows at once (the Q4_K
+// repack order's 2×8 tile on eight, then the 1×4 small tile and one-row
+// dots on each of the tile's weight rows for the five left) and holds the
+// last logits to the same tokens fed one prefill of eight and then one at
+// a time: a leftover row computed against the wrong weight row or written
+// to the wrong output moves logits by far more than batchTol.
+func TestPrefillLeftoverRowsMatchDecode(t *testing.T) {
+	const model = "synthetic/tiny256-Q4_K_M.gguf"
+	p := []int32{1, 403, 407, 297, 422, 385, 261, 378, 432, 383, 300, 310, 311}
+	a := load(t, model, Options{})
+	want, err := a.Forward(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append([]float32(nil), want...)
+	b := load(t, model, Options{})
+	got, err := b.Forward(p[:8])
+	for i := 8; i < len(p) && err == nil; i++ {
+		got, err = b.Forward(p[i : i+1])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range want {
+		if d := math.Abs(float64(got[j] - want[j])); d > batchTol {
+			t.Fatalf("logit %d: %g prefilled at once, %g fed in steps", j, want[j], got[j])
+		}
+	}
+}

@@ -4,6 +4,7 @@ package kquant
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/klauspost/cpuid/v2"
 
@@ -146,33 +147,64 @@ func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
 	}
 }
 
+// tile2x8Func is the repack order's 2×8 Tile (q4kr8Tile2x8VNNI): two
+// weight rows wstride apart against eight activation rows.
+func tile2x8Func(k kind) cpukern.Tile {
+	return func(n int, w []byte, wstride int, x []byte, xstride int, out []float32, ostride int) {
+		nb := check(k.order, n, k.bytes, len(w), len(x))
+		rb := nb * k.bytes
+		if wstride < rb || xstride < nb*q8kBytes || ostride < 2 {
+			panic(fmt.Sprintf("kquant %s: strides w=%d x=%d out=%d below a row (%d, %d, 2)",
+				k.order, wstride, xstride, ostride, rb, nb*q8kBytes))
+		}
+		if xstride > math.MaxInt32/7 {
+			// the tile gathers the rows' y.d at 32-bit offsets r*xstride
+			panic(fmt.Sprintf("kquant %s: x stride %d too large for the 2×8 tile", k.order, xstride))
+		}
+		if len(w) < wstride+rb || len(x) < 7*xstride+nb*q8kBytes || len(out) < 7*ostride+2 {
+			panic(fmt.Sprintf("kquant %s: a 2×8 tile needs %d w, %d x and %d out values past the strides",
+				k.order, wstride+rb, 7*xstride+nb*q8kBytes, 7*ostride+2))
+		}
+		var o [16]float32 // o[8u+r]
+		if nb > 0 {
+			q4kr8Tile2x8VNNI(nb, &w[0], wstride, &x[0], xstride, &o[0])
+		}
+		for r := 0; r < 8; r++ {
+			out[r*ostride] = o[r]
+			out[r*ostride+1] = o[8+r]
+		}
+	}
+}
+
 // kind is one order's generated Dot, 1×8 Tile and Rows for one ISA (the zmm ones
 // rank above AVX2: about as fast or faster in the measured cases), and its
-// 1×4 and 1×2 small tiles where generated.
+// 1×4 and 1×2 small tiles where generated. tile2x8 replaces the 1×8 Tile
+// with the 2×8 one (q4kr8Tile2x8VNNI).
 type kind struct {
-	order  string
-	t      quant.Type
-	bytes  int
-	one    asmDot
-	tile   asmDot
-	rows   asmRows
-	isa    string
-	rank   int
-	ok     bool // the CPU has isa
-	small4 asmDot
-	small2 asmDot
+	order   string
+	t       quant.Type
+	bytes   int
+	one     asmDot
+	tile    asmDot
+	rows    asmRows
+	isa     string
+	rank    int
+	ok      bool // the CPU has isa
+	small4  asmDot
+	small2  asmDot
+	tile2x8 bool
 }
 
 func kinds() []kind {
 	return []kind{
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2, 0, 0},
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, q4kRowsVNNIID, "avx512vnni", 20, hasVNNI, q4kDot4VNNIID, q4kDot2VNNIID},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI, q5kDot4VNNIID, q5kDot2VNNIID},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI, q6kDot4VNNIID, q6kDot2VNNIID},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI, q4kr8Dot4VNNIID, q4kr8Dot2VNNIID},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, q4kRowsVNNIID, "avx512vnni", 20, hasVNNI, q4kDot4VNNIID, q4kDot2VNNIID, false},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI, q5kDot4VNNIID, q5kDot2VNNIID, false},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI, q6kDot4VNNIID, q6kDot2VNNIID, false},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI, q4kr8Dot4VNNIID, q4kr8Dot2VNNIID, true},
 	}
 }
 
@@ -181,9 +213,15 @@ func init() {
 		if !k.ok {
 			continue
 		}
+		tile, tw := tileFunc(k, k.tile, tileX), 1
+		if k.tile2x8 {
+			// each activation chunk loaded once for two weight rows: prefill
+			// reads the activations from L2, and the 1×8 is bound by that
+			tile, tw = tile2x8Func(k), 2
+		}
 		cpukern.Register(cpukern.Kernel{
 			Order: k.order, Type: k.t, ISA: k.isa, Rank: k.rank,
-			Dot: dotFunc(k), Tile: tileFunc(k, k.tile, tileX), TileW: 1, TileX: tileX, Rows: rowsFunc(k),
+			Dot: dotFunc(k), Tile: tile, TileW: tw, TileX: tileX, Rows: rowsFunc(k),
 			Small: smallTiles(k),
 		})
 	}

@@ -1,6 +1,7 @@
 package kquant
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -384,8 +385,11 @@ func fuzzDot(f *testing.F, which int) {
 			agree(t, o.name, nb*qk, w, x, k.Dot(nb*qk, w, x), k.ISA)
 			// every tile shape: x first, the other rows random
 			for _, tl := range tiles(k) {
-				if tl.w != 1 {
-					continue
+				// w first, the other weight rows random
+				ws := make([]byte, tl.w*len(w))
+				copy(ws, w)
+				for i := len(w); i < len(ws); i++ {
+					ws[i] = byte(r.Uint32())
 				}
 				xs := make([]byte, tl.x*len(x))
 				copy(xs, x)
@@ -395,10 +399,13 @@ func fuzzDot(f *testing.F, which int) {
 				for i := 0; i < tl.x*nb; i++ {
 					fixBsums(xs[i*q8kBytes : (i+1)*q8kBytes])
 				}
-				out := make([]float32, tl.x)
-				tl.f(nb*qk, w, len(w), xs, len(x), out, 1)
-				for i, got := range out {
-					agree(t, o.name, nb*qk, w, xs[i*len(x):], got, fmt.Sprintf("%s 1×%d row %d", k.ISA, tl.x, i))
+				out := make([]float32, tl.x*tl.w)
+				tl.f(nb*qk, ws, len(w), xs, len(x), out, tl.w)
+				for i := 0; i < tl.x; i++ {
+					for j := 0; j < tl.w; j++ {
+						agree(t, o.name, nb*qk, ws[j*len(w):], xs[i*len(x):], out[i*tl.w+j],
+							fmt.Sprintf("%s %d×%d out[%d,%d]", k.ISA, tl.w, tl.x, i, j))
+					}
 				}
 			}
 		}
@@ -454,13 +461,14 @@ func BenchmarkDot(b *testing.B) {
 				for _, tl := range tiles(k) {
 					// bytes: the weight row once per tile call; per activation row, see ns/op / x
 					b.Run(fmt.Sprintf("%s/n=%d/%s-tile%dx%d", o.name, n, k.ISA, tl.w, tl.x), func(b *testing.B) {
-						b.SetBytes(int64(len(w)))
+						ws := bytes.Repeat(w, tl.w) // tl.w weight rows
+						b.SetBytes(int64(len(ws)))
 						xs := n / qk * q8kBytes
-						out := make([]float32, tl.x)
+						out := make([]float32, tl.x*tl.w)
 						for b.Loop() {
-							tl.f(n, w, len(w), x, xs, out, 1)
+							tl.f(n, ws, len(w), x, xs, out, tl.w)
 						}
-						b.ReportMetric(float64(n*tl.x)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+						b.ReportMetric(float64(n*tl.w*tl.x)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 					})
 				}
 			}
@@ -494,22 +502,22 @@ func TestNoAllocations(t *testing.T) {
 	for _, order := range []string{"DotQ4_KAVX2", "DotQ4_KRepack8x8", "DotQ6_KAVX2"} {
 		for _, k := range cpukern.All(order) {
 			const n = 512
-			w := make([]byte, n/256*256)
-			x := make([]byte, 8*(n/256)*400)
+			w := make([]byte, 2*n/256*256) // two rows of n/256*256 bytes, for a 2×8
+			x := make([]byte, tileX*(n/256)*400)
 			xs := (n / 256) * 292
-			out := make([]float32, 8)
+			out := make([]float32, 2*tileX)
 			if a := testing.AllocsPerRun(50, func() { k.Dot(n, w, x) }); a != 0 {
 				t.Errorf("%s/%s Dot: %v allocations a call", order, k.ISA, a)
 			}
-			if a := testing.AllocsPerRun(50, func() { k.Tile(n, w, len(w), x, xs, out, 1) }); a != 0 {
+			if a := testing.AllocsPerRun(50, func() { k.Tile(n, w, len(w)/2, x, xs, out, k.TileW) }); a != 0 {
 				t.Errorf("%s/%s Tile: %v allocations a call", order, k.ISA, a)
 			}
 			for _, sm := range k.Small {
-				if a := testing.AllocsPerRun(50, func() { sm.Tile(n, w, len(w), x, xs, out, 1) }); a != 0 {
+				if a := testing.AllocsPerRun(50, func() { sm.Tile(n, w, len(w)/2, x, xs, out, 1) }); a != 0 {
 					t.Errorf("%s/%s 1×%d tile: %v allocations a call", order, k.ISA, sm.X, a)
 				}
 			}
-			if a := testing.AllocsPerRun(50, func() { k.Rows(n, w, len(w), x, out[:1]) }); a != 0 {
+			if a := testing.AllocsPerRun(50, func() { k.Rows(n, w, len(w)/2, x, out[:1]) }); a != 0 {
 				t.Errorf("%s/%s Rows: %v allocations a call", order, k.ISA, a)
 			}
 		}

@@ -1764,266 +1764,394 @@ DATA kqconst<>+1756(SB)/1, $0x07
 DATA kqconst<>+1757(SB)/1, $0x00
 DATA kqconst<>+1758(SB)/1, $0x07
 DATA kqconst<>+1759(SB)/1, $0x00
-DATA kqconst<>+1760(SB)/1, $0x00
+DATA kqconst<>+1760(SB)/1, $0x08
 DATA kqconst<>+1761(SB)/1, $0x00
-DATA kqconst<>+1762(SB)/1, $0x00
+DATA kqconst<>+1762(SB)/1, $0x08
 DATA kqconst<>+1763(SB)/1, $0x00
-DATA kqconst<>+1764(SB)/1, $0x00
+DATA kqconst<>+1764(SB)/1, $0x09
 DATA kqconst<>+1765(SB)/1, $0x00
-DATA kqconst<>+1766(SB)/1, $0x00
+DATA kqconst<>+1766(SB)/1, $0x09
 DATA kqconst<>+1767(SB)/1, $0x00
-DATA kqconst<>+1768(SB)/1, $0x00
+DATA kqconst<>+1768(SB)/1, $0x0a
 DATA kqconst<>+1769(SB)/1, $0x00
-DATA kqconst<>+1770(SB)/1, $0x00
+DATA kqconst<>+1770(SB)/1, $0x0a
 DATA kqconst<>+1771(SB)/1, $0x00
-DATA kqconst<>+1772(SB)/1, $0x00
+DATA kqconst<>+1772(SB)/1, $0x0b
 DATA kqconst<>+1773(SB)/1, $0x00
-DATA kqconst<>+1774(SB)/1, $0x00
+DATA kqconst<>+1774(SB)/1, $0x0b
 DATA kqconst<>+1775(SB)/1, $0x00
-DATA kqconst<>+1776(SB)/1, $0x01
+DATA kqconst<>+1776(SB)/1, $0x0c
 DATA kqconst<>+1777(SB)/1, $0x00
-DATA kqconst<>+1778(SB)/1, $0x01
+DATA kqconst<>+1778(SB)/1, $0x0c
 DATA kqconst<>+1779(SB)/1, $0x00
-DATA kqconst<>+1780(SB)/1, $0x01
+DATA kqconst<>+1780(SB)/1, $0x0d
 DATA kqconst<>+1781(SB)/1, $0x00
-DATA kqconst<>+1782(SB)/1, $0x01
+DATA kqconst<>+1782(SB)/1, $0x0d
 DATA kqconst<>+1783(SB)/1, $0x00
-DATA kqconst<>+1784(SB)/1, $0x01
+DATA kqconst<>+1784(SB)/1, $0x0e
 DATA kqconst<>+1785(SB)/1, $0x00
-DATA kqconst<>+1786(SB)/1, $0x01
+DATA kqconst<>+1786(SB)/1, $0x0e
 DATA kqconst<>+1787(SB)/1, $0x00
-DATA kqconst<>+1788(SB)/1, $0x01
+DATA kqconst<>+1788(SB)/1, $0x0f
 DATA kqconst<>+1789(SB)/1, $0x00
-DATA kqconst<>+1790(SB)/1, $0x01
+DATA kqconst<>+1790(SB)/1, $0x0f
 DATA kqconst<>+1791(SB)/1, $0x00
-DATA kqconst<>+1792(SB)/1, $0x02
+DATA kqconst<>+1792(SB)/1, $0x18
 DATA kqconst<>+1793(SB)/1, $0x00
-DATA kqconst<>+1794(SB)/1, $0x02
+DATA kqconst<>+1794(SB)/1, $0x18
 DATA kqconst<>+1795(SB)/1, $0x00
-DATA kqconst<>+1796(SB)/1, $0x02
+DATA kqconst<>+1796(SB)/1, $0x19
 DATA kqconst<>+1797(SB)/1, $0x00
-DATA kqconst<>+1798(SB)/1, $0x02
+DATA kqconst<>+1798(SB)/1, $0x19
 DATA kqconst<>+1799(SB)/1, $0x00
-DATA kqconst<>+1800(SB)/1, $0x02
+DATA kqconst<>+1800(SB)/1, $0x1a
 DATA kqconst<>+1801(SB)/1, $0x00
-DATA kqconst<>+1802(SB)/1, $0x02
+DATA kqconst<>+1802(SB)/1, $0x1a
 DATA kqconst<>+1803(SB)/1, $0x00
-DATA kqconst<>+1804(SB)/1, $0x02
+DATA kqconst<>+1804(SB)/1, $0x1b
 DATA kqconst<>+1805(SB)/1, $0x00
-DATA kqconst<>+1806(SB)/1, $0x02
+DATA kqconst<>+1806(SB)/1, $0x1b
 DATA kqconst<>+1807(SB)/1, $0x00
-DATA kqconst<>+1808(SB)/1, $0x03
+DATA kqconst<>+1808(SB)/1, $0x1c
 DATA kqconst<>+1809(SB)/1, $0x00
-DATA kqconst<>+1810(SB)/1, $0x03
+DATA kqconst<>+1810(SB)/1, $0x1c
 DATA kqconst<>+1811(SB)/1, $0x00
-DATA kqconst<>+1812(SB)/1, $0x03
+DATA kqconst<>+1812(SB)/1, $0x1d
 DATA kqconst<>+1813(SB)/1, $0x00
-DATA kqconst<>+1814(SB)/1, $0x03
+DATA kqconst<>+1814(SB)/1, $0x1d
 DATA kqconst<>+1815(SB)/1, $0x00
-DATA kqconst<>+1816(SB)/1, $0x03
+DATA kqconst<>+1816(SB)/1, $0x1e
 DATA kqconst<>+1817(SB)/1, $0x00
-DATA kqconst<>+1818(SB)/1, $0x03
+DATA kqconst<>+1818(SB)/1, $0x1e
 DATA kqconst<>+1819(SB)/1, $0x00
-DATA kqconst<>+1820(SB)/1, $0x03
+DATA kqconst<>+1820(SB)/1, $0x1f
 DATA kqconst<>+1821(SB)/1, $0x00
-DATA kqconst<>+1822(SB)/1, $0x03
+DATA kqconst<>+1822(SB)/1, $0x1f
 DATA kqconst<>+1823(SB)/1, $0x00
-DATA kqconst<>+1824(SB)/1, $0x04
+DATA kqconst<>+1824(SB)/1, $0x00
 DATA kqconst<>+1825(SB)/1, $0x00
-DATA kqconst<>+1826(SB)/1, $0x04
+DATA kqconst<>+1826(SB)/1, $0x00
 DATA kqconst<>+1827(SB)/1, $0x00
-DATA kqconst<>+1828(SB)/1, $0x04
+DATA kqconst<>+1828(SB)/1, $0x01
 DATA kqconst<>+1829(SB)/1, $0x00
-DATA kqconst<>+1830(SB)/1, $0x04
+DATA kqconst<>+1830(SB)/1, $0x00
 DATA kqconst<>+1831(SB)/1, $0x00
-DATA kqconst<>+1832(SB)/1, $0x04
+DATA kqconst<>+1832(SB)/1, $0x02
 DATA kqconst<>+1833(SB)/1, $0x00
-DATA kqconst<>+1834(SB)/1, $0x04
+DATA kqconst<>+1834(SB)/1, $0x00
 DATA kqconst<>+1835(SB)/1, $0x00
-DATA kqconst<>+1836(SB)/1, $0x04
+DATA kqconst<>+1836(SB)/1, $0x03
 DATA kqconst<>+1837(SB)/1, $0x00
-DATA kqconst<>+1838(SB)/1, $0x04
+DATA kqconst<>+1838(SB)/1, $0x00
 DATA kqconst<>+1839(SB)/1, $0x00
-DATA kqconst<>+1840(SB)/1, $0x05
+DATA kqconst<>+1840(SB)/1, $0x04
 DATA kqconst<>+1841(SB)/1, $0x00
-DATA kqconst<>+1842(SB)/1, $0x05
+DATA kqconst<>+1842(SB)/1, $0x00
 DATA kqconst<>+1843(SB)/1, $0x00
 DATA kqconst<>+1844(SB)/1, $0x05
 DATA kqconst<>+1845(SB)/1, $0x00
-DATA kqconst<>+1846(SB)/1, $0x05
+DATA kqconst<>+1846(SB)/1, $0x00
 DATA kqconst<>+1847(SB)/1, $0x00
-DATA kqconst<>+1848(SB)/1, $0x05
+DATA kqconst<>+1848(SB)/1, $0x06
 DATA kqconst<>+1849(SB)/1, $0x00
-DATA kqconst<>+1850(SB)/1, $0x05
+DATA kqconst<>+1850(SB)/1, $0x00
 DATA kqconst<>+1851(SB)/1, $0x00
-DATA kqconst<>+1852(SB)/1, $0x05
+DATA kqconst<>+1852(SB)/1, $0x07
 DATA kqconst<>+1853(SB)/1, $0x00
-DATA kqconst<>+1854(SB)/1, $0x05
+DATA kqconst<>+1854(SB)/1, $0x00
 DATA kqconst<>+1855(SB)/1, $0x00
-DATA kqconst<>+1856(SB)/1, $0x06
+DATA kqconst<>+1856(SB)/1, $0x00
 DATA kqconst<>+1857(SB)/1, $0x00
-DATA kqconst<>+1858(SB)/1, $0x06
+DATA kqconst<>+1858(SB)/1, $0x00
 DATA kqconst<>+1859(SB)/1, $0x00
-DATA kqconst<>+1860(SB)/1, $0x06
+DATA kqconst<>+1860(SB)/1, $0x01
 DATA kqconst<>+1861(SB)/1, $0x00
-DATA kqconst<>+1862(SB)/1, $0x06
+DATA kqconst<>+1862(SB)/1, $0x00
 DATA kqconst<>+1863(SB)/1, $0x00
-DATA kqconst<>+1864(SB)/1, $0x06
+DATA kqconst<>+1864(SB)/1, $0x02
 DATA kqconst<>+1865(SB)/1, $0x00
-DATA kqconst<>+1866(SB)/1, $0x06
+DATA kqconst<>+1866(SB)/1, $0x00
 DATA kqconst<>+1867(SB)/1, $0x00
-DATA kqconst<>+1868(SB)/1, $0x06
+DATA kqconst<>+1868(SB)/1, $0x03
 DATA kqconst<>+1869(SB)/1, $0x00
-DATA kqconst<>+1870(SB)/1, $0x06
+DATA kqconst<>+1870(SB)/1, $0x00
 DATA kqconst<>+1871(SB)/1, $0x00
-DATA kqconst<>+1872(SB)/1, $0x07
+DATA kqconst<>+1872(SB)/1, $0x04
 DATA kqconst<>+1873(SB)/1, $0x00
-DATA kqconst<>+1874(SB)/1, $0x07
+DATA kqconst<>+1874(SB)/1, $0x00
 DATA kqconst<>+1875(SB)/1, $0x00
-DATA kqconst<>+1876(SB)/1, $0x07
+DATA kqconst<>+1876(SB)/1, $0x05
 DATA kqconst<>+1877(SB)/1, $0x00
-DATA kqconst<>+1878(SB)/1, $0x07
+DATA kqconst<>+1878(SB)/1, $0x00
 DATA kqconst<>+1879(SB)/1, $0x00
-DATA kqconst<>+1880(SB)/1, $0x07
+DATA kqconst<>+1880(SB)/1, $0x06
 DATA kqconst<>+1881(SB)/1, $0x00
-DATA kqconst<>+1882(SB)/1, $0x07
+DATA kqconst<>+1882(SB)/1, $0x00
 DATA kqconst<>+1883(SB)/1, $0x00
 DATA kqconst<>+1884(SB)/1, $0x07
 DATA kqconst<>+1885(SB)/1, $0x00
-DATA kqconst<>+1886(SB)/1, $0x07
+DATA kqconst<>+1886(SB)/1, $0x00
 DATA kqconst<>+1887(SB)/1, $0x00
-DATA kqconst<>+1888(SB)/1, $0x08
+DATA kqconst<>+1888(SB)/1, $0x00
 DATA kqconst<>+1889(SB)/1, $0x00
-DATA kqconst<>+1890(SB)/1, $0x08
+DATA kqconst<>+1890(SB)/1, $0x00
 DATA kqconst<>+1891(SB)/1, $0x00
-DATA kqconst<>+1892(SB)/1, $0x08
+DATA kqconst<>+1892(SB)/1, $0x00
 DATA kqconst<>+1893(SB)/1, $0x00
-DATA kqconst<>+1894(SB)/1, $0x08
+DATA kqconst<>+1894(SB)/1, $0x00
 DATA kqconst<>+1895(SB)/1, $0x00
-DATA kqconst<>+1896(SB)/1, $0x08
+DATA kqconst<>+1896(SB)/1, $0x00
 DATA kqconst<>+1897(SB)/1, $0x00
-DATA kqconst<>+1898(SB)/1, $0x08
+DATA kqconst<>+1898(SB)/1, $0x00
 DATA kqconst<>+1899(SB)/1, $0x00
-DATA kqconst<>+1900(SB)/1, $0x08
+DATA kqconst<>+1900(SB)/1, $0x00
 DATA kqconst<>+1901(SB)/1, $0x00
-DATA kqconst<>+1902(SB)/1, $0x08
+DATA kqconst<>+1902(SB)/1, $0x00
 DATA kqconst<>+1903(SB)/1, $0x00
-DATA kqconst<>+1904(SB)/1, $0x09
+DATA kqconst<>+1904(SB)/1, $0x01
 DATA kqconst<>+1905(SB)/1, $0x00
-DATA kqconst<>+1906(SB)/1, $0x09
+DATA kqconst<>+1906(SB)/1, $0x01
 DATA kqconst<>+1907(SB)/1, $0x00
-DATA kqconst<>+1908(SB)/1, $0x09
+DATA kqconst<>+1908(SB)/1, $0x01
 DATA kqconst<>+1909(SB)/1, $0x00
-DATA kqconst<>+1910(SB)/1, $0x09
+DATA kqconst<>+1910(SB)/1, $0x01
 DATA kqconst<>+1911(SB)/1, $0x00
-DATA kqconst<>+1912(SB)/1, $0x09
+DATA kqconst<>+1912(SB)/1, $0x01
 DATA kqconst<>+1913(SB)/1, $0x00
-DATA kqconst<>+1914(SB)/1, $0x09
+DATA kqconst<>+1914(SB)/1, $0x01
 DATA kqconst<>+1915(SB)/1, $0x00
-DATA kqconst<>+1916(SB)/1, $0x09
+DATA kqconst<>+1916(SB)/1, $0x01
 DATA kqconst<>+1917(SB)/1, $0x00
-DATA kqconst<>+1918(SB)/1, $0x09
+DATA kqconst<>+1918(SB)/1, $0x01
 DATA kqconst<>+1919(SB)/1, $0x00
-DATA kqconst<>+1920(SB)/1, $0x0a
+DATA kqconst<>+1920(SB)/1, $0x02
 DATA kqconst<>+1921(SB)/1, $0x00
-DATA kqconst<>+1922(SB)/1, $0x0a
+DATA kqconst<>+1922(SB)/1, $0x02
 DATA kqconst<>+1923(SB)/1, $0x00
-DATA kqconst<>+1924(SB)/1, $0x0a
+DATA kqconst<>+1924(SB)/1, $0x02
 DATA kqconst<>+1925(SB)/1, $0x00
-DATA kqconst<>+1926(SB)/1, $0x0a
+DATA kqconst<>+1926(SB)/1, $0x02
 DATA kqconst<>+1927(SB)/1, $0x00
-DATA kqconst<>+1928(SB)/1, $0x0a
+DATA kqconst<>+1928(SB)/1, $0x02
 DATA kqconst<>+1929(SB)/1, $0x00
-DATA kqconst<>+1930(SB)/1, $0x0a
+DATA kqconst<>+1930(SB)/1, $0x02
 DATA kqconst<>+1931(SB)/1, $0x00
-DATA kqconst<>+1932(SB)/1, $0x0a
+DATA kqconst<>+1932(SB)/1, $0x02
 DATA kqconst<>+1933(SB)/1, $0x00
-DATA kqconst<>+1934(SB)/1, $0x0a
+DATA kqconst<>+1934(SB)/1, $0x02
 DATA kqconst<>+1935(SB)/1, $0x00
-DATA kqconst<>+1936(SB)/1, $0x0b
+DATA kqconst<>+1936(SB)/1, $0x03
 DATA kqconst<>+1937(SB)/1, $0x00
-DATA kqconst<>+1938(SB)/1, $0x0b
+DATA kqconst<>+1938(SB)/1, $0x03
 DATA kqconst<>+1939(SB)/1, $0x00
-DATA kqconst<>+1940(SB)/1, $0x0b
+DATA kqconst<>+1940(SB)/1, $0x03
 DATA kqconst<>+1941(SB)/1, $0x00
-DATA kqconst<>+1942(SB)/1, $0x0b
+DATA kqconst<>+1942(SB)/1, $0x03
 DATA kqconst<>+1943(SB)/1, $0x00
-DATA kqconst<>+1944(SB)/1, $0x0b
+DATA kqconst<>+1944(SB)/1, $0x03
 DATA kqconst<>+1945(SB)/1, $0x00
-DATA kqconst<>+1946(SB)/1, $0x0b
+DATA kqconst<>+1946(SB)/1, $0x03
 DATA kqconst<>+1947(SB)/1, $0x00
-DATA kqconst<>+1948(SB)/1, $0x0b
+DATA kqconst<>+1948(SB)/1, $0x03
 DATA kqconst<>+1949(SB)/1, $0x00
-DATA kqconst<>+1950(SB)/1, $0x0b
+DATA kqconst<>+1950(SB)/1, $0x03
 DATA kqconst<>+1951(SB)/1, $0x00
-DATA kqconst<>+1952(SB)/1, $0x0c
+DATA kqconst<>+1952(SB)/1, $0x04
 DATA kqconst<>+1953(SB)/1, $0x00
-DATA kqconst<>+1954(SB)/1, $0x0c
+DATA kqconst<>+1954(SB)/1, $0x04
 DATA kqconst<>+1955(SB)/1, $0x00
-DATA kqconst<>+1956(SB)/1, $0x0c
+DATA kqconst<>+1956(SB)/1, $0x04
 DATA kqconst<>+1957(SB)/1, $0x00
-DATA kqconst<>+1958(SB)/1, $0x0c
+DATA kqconst<>+1958(SB)/1, $0x04
 DATA kqconst<>+1959(SB)/1, $0x00
-DATA kqconst<>+1960(SB)/1, $0x0c
+DATA kqconst<>+1960(SB)/1, $0x04
 DATA kqconst<>+1961(SB)/1, $0x00
-DATA kqconst<>+1962(SB)/1, $0x0c
+DATA kqconst<>+1962(SB)/1, $0x04
 DATA kqconst<>+1963(SB)/1, $0x00
-DATA kqconst<>+1964(SB)/1, $0x0c
+DATA kqconst<>+1964(SB)/1, $0x04
 DATA kqconst<>+1965(SB)/1, $0x00
-DATA kqconst<>+1966(SB)/1, $0x0c
+DATA kqconst<>+1966(SB)/1, $0x04
 DATA kqconst<>+1967(SB)/1, $0x00
-DATA kqconst<>+1968(SB)/1, $0x0d
+DATA kqconst<>+1968(SB)/1, $0x05
 DATA kqconst<>+1969(SB)/1, $0x00
-DATA kqconst<>+1970(SB)/1, $0x0d
+DATA kqconst<>+1970(SB)/1, $0x05
 DATA kqconst<>+1971(SB)/1, $0x00
-DATA kqconst<>+1972(SB)/1, $0x0d
+DATA kqconst<>+1972(SB)/1, $0x05
 DATA kqconst<>+1973(SB)/1, $0x00
-DATA kqconst<>+1974(SB)/1, $0x0d
+DATA kqconst<>+1974(SB)/1, $0x05
 DATA kqconst<>+1975(SB)/1, $0x00
-DATA kqconst<>+1976(SB)/1, $0x0d
+DATA kqconst<>+1976(SB)/1, $0x05
 DATA kqconst<>+1977(SB)/1, $0x00
-DATA kqconst<>+1978(SB)/1, $0x0d
+DATA kqconst<>+1978(SB)/1, $0x05
 DATA kqconst<>+1979(SB)/1, $0x00
-DATA kqconst<>+1980(SB)/1, $0x0d
+DATA kqconst<>+1980(SB)/1, $0x05
 DATA kqconst<>+1981(SB)/1, $0x00
-DATA kqconst<>+1982(SB)/1, $0x0d
+DATA kqconst<>+1982(SB)/1, $0x05
 DATA kqconst<>+1983(SB)/1, $0x00
-DATA kqconst<>+1984(SB)/1, $0x0e
+DATA kqconst<>+1984(SB)/1, $0x06
 DATA kqconst<>+1985(SB)/1, $0x00
-DATA kqconst<>+1986(SB)/1, $0x0e
+DATA kqconst<>+1986(SB)/1, $0x06
 DATA kqconst<>+1987(SB)/1, $0x00
-DATA kqconst<>+1988(SB)/1, $0x0e
+DATA kqconst<>+1988(SB)/1, $0x06
 DATA kqconst<>+1989(SB)/1, $0x00
-DATA kqconst<>+1990(SB)/1, $0x0e
+DATA kqconst<>+1990(SB)/1, $0x06
 DATA kqconst<>+1991(SB)/1, $0x00
-DATA kqconst<>+1992(SB)/1, $0x0e
+DATA kqconst<>+1992(SB)/1, $0x06
 DATA kqconst<>+1993(SB)/1, $0x00
-DATA kqconst<>+1994(SB)/1, $0x0e
+DATA kqconst<>+1994(SB)/1, $0x06
 DATA kqconst<>+1995(SB)/1, $0x00
-DATA kqconst<>+1996(SB)/1, $0x0e
+DATA kqconst<>+1996(SB)/1, $0x06
 DATA kqconst<>+1997(SB)/1, $0x00
-DATA kqconst<>+1998(SB)/1, $0x0e
+DATA kqconst<>+1998(SB)/1, $0x06
 DATA kqconst<>+1999(SB)/1, $0x00
-DATA kqconst<>+2000(SB)/1, $0x0f
+DATA kqconst<>+2000(SB)/1, $0x07
 DATA kqconst<>+2001(SB)/1, $0x00
-DATA kqconst<>+2002(SB)/1, $0x0f
+DATA kqconst<>+2002(SB)/1, $0x07
 DATA kqconst<>+2003(SB)/1, $0x00
-DATA kqconst<>+2004(SB)/1, $0x0f
+DATA kqconst<>+2004(SB)/1, $0x07
 DATA kqconst<>+2005(SB)/1, $0x00
-DATA kqconst<>+2006(SB)/1, $0x0f
+DATA kqconst<>+2006(SB)/1, $0x07
 DATA kqconst<>+2007(SB)/1, $0x00
-DATA kqconst<>+2008(SB)/1, $0x0f
+DATA kqconst<>+2008(SB)/1, $0x07
 DATA kqconst<>+2009(SB)/1, $0x00
-DATA kqconst<>+2010(SB)/1, $0x0f
+DATA kqconst<>+2010(SB)/1, $0x07
 DATA kqconst<>+2011(SB)/1, $0x00
-DATA kqconst<>+2012(SB)/1, $0x0f
+DATA kqconst<>+2012(SB)/1, $0x07
 DATA kqconst<>+2013(SB)/1, $0x00
-DATA kqconst<>+2014(SB)/1, $0x0f
+DATA kqconst<>+2014(SB)/1, $0x07
 DATA kqconst<>+2015(SB)/1, $0x00
-DATA kqconst<>+2016(SB)/4, $0x00000000
-DATA kqconst<>+2020(SB)/4, $0xc2fe0000
-DATA kqconst<>+2024(SB)/4, $0x3f800000
-GLOBL kqconst<>(SB), RODATA|NOPTR, $2028
+DATA kqconst<>+2016(SB)/1, $0x08
+DATA kqconst<>+2017(SB)/1, $0x00
+DATA kqconst<>+2018(SB)/1, $0x08
+DATA kqconst<>+2019(SB)/1, $0x00
+DATA kqconst<>+2020(SB)/1, $0x08
+DATA kqconst<>+2021(SB)/1, $0x00
+DATA kqconst<>+2022(SB)/1, $0x08
+DATA kqconst<>+2023(SB)/1, $0x00
+DATA kqconst<>+2024(SB)/1, $0x08
+DATA kqconst<>+2025(SB)/1, $0x00
+DATA kqconst<>+2026(SB)/1, $0x08
+DATA kqconst<>+2027(SB)/1, $0x00
+DATA kqconst<>+2028(SB)/1, $0x08
+DATA kqconst<>+2029(SB)/1, $0x00
+DATA kqconst<>+2030(SB)/1, $0x08
+DATA kqconst<>+2031(SB)/1, $0x00
+DATA kqconst<>+2032(SB)/1, $0x09
+DATA kqconst<>+2033(SB)/1, $0x00
+DATA kqconst<>+2034(SB)/1, $0x09
+DATA kqconst<>+2035(SB)/1, $0x00
+DATA kqconst<>+2036(SB)/1, $0x09
+DATA kqconst<>+2037(SB)/1, $0x00
+DATA kqconst<>+2038(SB)/1, $0x09
+DATA kqconst<>+2039(SB)/1, $0x00
+DATA kqconst<>+2040(SB)/1, $0x09
+DATA kqconst<>+2041(SB)/1, $0x00
+DATA kqconst<>+2042(SB)/1, $0x09
+DATA kqconst<>+2043(SB)/1, $0x00
+DATA kqconst<>+2044(SB)/1, $0x09
+DATA kqconst<>+2045(SB)/1, $0x00
+DATA kqconst<>+2046(SB)/1, $0x09
+DATA kqconst<>+2047(SB)/1, $0x00
+DATA kqconst<>+2048(SB)/1, $0x0a
+DATA kqconst<>+2049(SB)/1, $0x00
+DATA kqconst<>+2050(SB)/1, $0x0a
+DATA kqconst<>+2051(SB)/1, $0x00
+DATA kqconst<>+2052(SB)/1, $0x0a
+DATA kqconst<>+2053(SB)/1, $0x00
+DATA kqconst<>+2054(SB)/1, $0x0a
+DATA kqconst<>+2055(SB)/1, $0x00
+DATA kqconst<>+2056(SB)/1, $0x0a
+DATA kqconst<>+2057(SB)/1, $0x00
+DATA kqconst<>+2058(SB)/1, $0x0a
+DATA kqconst<>+2059(SB)/1, $0x00
+DATA kqconst<>+2060(SB)/1, $0x0a
+DATA kqconst<>+2061(SB)/1, $0x00
+DATA kqconst<>+2062(SB)/1, $0x0a
+DATA kqconst<>+2063(SB)/1, $0x00
+DATA kqconst<>+2064(SB)/1, $0x0b
+DATA kqconst<>+2065(SB)/1, $0x00
+DATA kqconst<>+2066(SB)/1, $0x0b
+DATA kqconst<>+2067(SB)/1, $0x00
+DATA kqconst<>+2068(SB)/1, $0x0b
+DATA kqconst<>+2069(SB)/1, $0x00
+DATA kqconst<>+2070(SB)/1, $0x0b
+DATA kqconst<>+2071(SB)/1, $0x00
+DATA kqconst<>+2072(SB)/1, $0x0b
+DATA kqconst<>+2073(SB)/1, $0x00
+DATA kqconst<>+2074(SB)/1, $0x0b
+DATA kqconst<>+2075(SB)/1, $0x00
+DATA kqconst<>+2076(SB)/1, $0x0b
+DATA kqconst<>+2077(SB)/1, $0x00
+DATA kqconst<>+2078(SB)/1, $0x0b
+DATA kqconst<>+2079(SB)/1, $0x00
+DATA kqconst<>+2080(SB)/1, $0x0c
+DATA kqconst<>+2081(SB)/1, $0x00
+DATA kqconst<>+2082(SB)/1, $0x0c
+DATA kqconst<>+2083(SB)/1, $0x00
+DATA kqconst<>+2084(SB)/1, $0x0c
+DATA kqconst<>+2085(SB)/1, $0x00
+DATA kqconst<>+2086(SB)/1, $0x0c
+DATA kqconst<>+2087(SB)/1, $0x00
+DATA kqconst<>+2088(SB)/1, $0x0c
+DATA kqconst<>+2089(SB)/1, $0x00
+DATA kqconst<>+2090(SB)/1, $0x0c
+DATA kqconst<>+2091(SB)/1, $0x00
+DATA kqconst<>+2092(SB)/1, $0x0c
+DATA kqconst<>+2093(SB)/1, $0x00
+DATA kqconst<>+2094(SB)/1, $0x0c
+DATA kqconst<>+2095(SB)/1, $0x00
+DATA kqconst<>+2096(SB)/1, $0x0d
+DATA kqconst<>+2097(SB)/1, $0x00
+DATA kqconst<>+2098(SB)/1, $0x0d
+DATA kqconst<>+2099(SB)/1, $0x00
+DATA kqconst<>+2100(SB)/1, $0x0d
+DATA kqconst<>+2101(SB)/1, $0x00
+DATA kqconst<>+2102(SB)/1, $0x0d
+DATA kqconst<>+2103(SB)/1, $0x00
+DATA kqconst<>+2104(SB)/1, $0x0d
+DATA kqconst<>+2105(SB)/1, $0x00
+DATA kqconst<>+2106(SB)/1, $0x0d
+DATA kqconst<>+2107(SB)/1, $0x00
+DATA kqconst<>+2108(SB)/1, $0x0d
+DATA kqconst<>+2109(SB)/1, $0x00
+DATA kqconst<>+2110(SB)/1, $0x0d
+DATA kqconst<>+2111(SB)/1, $0x00
+DATA kqconst<>+2112(SB)/1, $0x0e
+DATA kqconst<>+2113(SB)/1, $0x00
+DATA kqconst<>+2114(SB)/1, $0x0e
+DATA kqconst<>+2115(SB)/1, $0x00
+DATA kqconst<>+2116(SB)/1, $0x0e
+DATA kqconst<>+2117(SB)/1, $0x00
+DATA kqconst<>+2118(SB)/1, $0x0e
+DATA kqconst<>+2119(SB)/1, $0x00
+DATA kqconst<>+2120(SB)/1, $0x0e
+DATA kqconst<>+2121(SB)/1, $0x00
+DATA kqconst<>+2122(SB)/1, $0x0e
+DATA kqconst<>+2123(SB)/1, $0x00
+DATA kqconst<>+2124(SB)/1, $0x0e
+DATA kqconst<>+2125(SB)/1, $0x00
+DATA kqconst<>+2126(SB)/1, $0x0e
+DATA kqconst<>+2127(SB)/1, $0x00
+DATA kqconst<>+2128(SB)/1, $0x0f
+DATA kqconst<>+2129(SB)/1, $0x00
+DATA kqconst<>+2130(SB)/1, $0x0f
+DATA kqconst<>+2131(SB)/1, $0x00
+DATA kqconst<>+2132(SB)/1, $0x0f
+DATA kqconst<>+2133(SB)/1, $0x00
+DATA kqconst<>+2134(SB)/1, $0x0f
+DATA kqconst<>+2135(SB)/1, $0x00
+DATA kqconst<>+2136(SB)/1, $0x0f
+DATA kqconst<>+2137(SB)/1, $0x00
+DATA kqconst<>+2138(SB)/1, $0x0f
+DATA kqconst<>+2139(SB)/1, $0x00
+DATA kqconst<>+2140(SB)/1, $0x0f
+DATA kqconst<>+2141(SB)/1, $0x00
+DATA kqconst<>+2142(SB)/1, $0x0f
+DATA kqconst<>+2143(SB)/1, $0x00
+DATA kqconst<>+2144(SB)/4, $0x00000000
+DATA kqconst<>+2148(SB)/4, $0xc2fe0000
+DATA kqconst<>+2152(SB)/4, $0x3f800000
+GLOBL kqconst<>(SB), RODATA|NOPTR, $2156
 
 // func q4kDot1AVX2(nb int, w *byte, x *byte, xstride int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
@@ -2151,7 +2279,7 @@ q4kDot1AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      32(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2591,7 +2719,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      32(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2607,7 +2735,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      80(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2623,7 +2751,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      128(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2639,7 +2767,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      176(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2655,7 +2783,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      224(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2671,7 +2799,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      272(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2687,7 +2815,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      320(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2703,7 +2831,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      368(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2884,7 +3012,7 @@ q5kDot1AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       32(SP), X0, X0
 	VMOVSS       X0, (AX)
@@ -3390,7 +3518,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       32(SP), X0, X0
 	VMOVSS       X0, (AX)
@@ -3401,7 +3529,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       80(SP), X0, X0
 	VMOVSS       X0, 4(AX)
@@ -3412,7 +3540,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       128(SP), X0, X0
 	VMOVSS       X0, 8(AX)
@@ -3423,7 +3551,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       176(SP), X0, X0
 	VMOVSS       X0, 12(AX)
@@ -3434,7 +3562,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       224(SP), X0, X0
 	VMOVSS       X0, 16(AX)
@@ -3445,7 +3573,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       272(SP), X0, X0
 	VMOVSS       X0, 20(AX)
@@ -3456,7 +3584,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       320(SP), X0, X0
 	VMOVSS       X0, 24(AX)
@@ -3467,7 +3595,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       368(SP), X0, X0
 	VMOVSS       X0, 28(AX)
@@ -4129,7 +4257,7 @@ q6kDot1AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, (AX)
 	VZEROUPPER
@@ -4627,7 +4755,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, (AX)
 	VMOVUPS      32(SP), Y0
@@ -4637,7 +4765,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 4(AX)
 	VMOVUPS      64(SP), Y0
@@ -4647,7 +4775,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 8(AX)
 	VMOVUPS      96(SP), Y0
@@ -4657,7 +4785,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 12(AX)
 	VMOVUPS      128(SP), Y0
@@ -4667,7 +4795,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 16(AX)
 	VMOVUPS      160(SP), Y0
@@ -4677,7 +4805,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 20(AX)
 	VMOVUPS      192(SP), Y0
@@ -4687,7 +4815,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 24(AX)
 	VMOVUPS      224(SP), Y0
@@ -4697,7 +4825,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 28(AX)
 	VZEROUPPER
@@ -4812,7 +4940,7 @@ q4kDot1VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5137,7 +5265,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5153,7 +5281,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       80(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5169,7 +5297,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       128(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5185,7 +5313,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       176(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5201,7 +5329,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       224(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5217,7 +5345,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       272(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5233,7 +5361,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       320(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5249,7 +5377,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       368(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5394,7 +5522,7 @@ q5kDot1VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -5766,7 +5894,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -5777,7 +5905,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        80(SP), X0, X0
 	VMOVSS        X0, 4(AX)
@@ -5788,7 +5916,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        128(SP), X0, X0
 	VMOVSS        X0, 8(AX)
@@ -5799,7 +5927,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        176(SP), X0, X0
 	VMOVSS        X0, 12(AX)
@@ -5810,7 +5938,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        224(SP), X0, X0
 	VMOVSS        X0, 16(AX)
@@ -5821,7 +5949,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        272(SP), X0, X0
 	VMOVSS        X0, 20(AX)
@@ -5832,7 +5960,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        320(SP), X0, X0
 	VMOVSS        X0, 24(AX)
@@ -5843,7 +5971,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        368(SP), X0, X0
 	VMOVSS        X0, 28(AX)
@@ -6217,6 +6345,426 @@ q4kr8Dot8VNNI_done:
 	VZEROUPPER
 	RET
 
+// func q4kr8Tile2x8VNNI(nb int, w *byte, wstride int, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, F16C
+TEXT ·q4kr8Tile2x8VNNI(SB), NOSPLIT, $128-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         CX, DX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xstride+32(FP), SI
+	LEAQ         (SI)(SI*2), DI
+	LEAQ         (BX)(SI*4), R8
+	VPXORD       Z0, Z0, Z0
+	VMOVDQU64    Z0, (SP)
+	VMOVDQU64    Z0, 64(SP)
+	VMOVDQU64    kqconst<>+1120(SB), Z0
+	VMOVDQU64    kqconst<>+1312(SB), Z20
+	VPBROADCASTD SI, Z21
+	VPMULLD      kqconst<>+1824(SB), Z21, Z21
+	TESTQ        AX, AX
+	JZ           q4kr8Tile2x8VNNI_done
+
+q4kr8Tile2x8VNNI_blk:
+	MOVL            4(CX), R9
+	MOVL            8(CX), R10
+	MOVL            12(CX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	SHLQ            $0x20, R12
+	MOVL            R10, R13
+	ANDL            $0x3f3f3f3f, R13
+	ORQ             R13, R12
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	SHLQ            $0x20, R11
+	ANDL            $0x3f3f3f3f, R9
+	ORQ             R11, R9
+	VMOVQ           R9, X1
+	VPINSRQ         $0x01, R12, X1, X1
+	VPMOVZXBW       X1, Y1
+	MOVL            4(DX), R9
+	MOVL            8(DX), R10
+	MOVL            12(DX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	SHLQ            $0x20, R12
+	MOVL            R10, R13
+	ANDL            $0x3f3f3f3f, R13
+	ORQ             R13, R12
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	SHLQ            $0x20, R11
+	ANDL            $0x3f3f3f3f, R9
+	ORQ             R11, R9
+	VMOVQ           R9, X2
+	VPINSRQ         $0x01, R12, X2, X2
+	VPMOVZXBW       X2, Y2
+	VPXORD          Z3, Z3, Z3
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VPXORD          Z8, Z8, Z8
+	VPXORD          Z9, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPXORD          Z11, Z11, Z11
+	VPXORD          Z12, Z12, Z12
+	VPXORD          Z13, Z13, Z13
+	VPXORD          Z14, Z14, Z14
+	VPXORD          Z15, Z15, Z15
+	VPXORD          Z16, Z16, Z16
+	VPXORD          Z17, Z17, Z17
+	VPXORD          Z18, Z18, Z18
+	VBROADCASTI64X4 16(CX), Z22
+	VPSRLVW         Z20, Z22, Z22
+	VPANDD          Z0, Z22, Z22
+	VMOVDQU64       kqconst<>+1504(SB), Z23
+	VPERMW          Z1, Z23, Z23
+	VBROADCASTI64X4 16(DX), Z24
+	VPSRLVW         Z20, Z24, Z24
+	VPANDD          Z0, Z24, Z24
+	VMOVDQU64       kqconst<>+1504(SB), Z25
+	VPERMW          Z2, Z25, Z25
+	VMOVDQU64       4(BX), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z3
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z11
+	VMOVDQU64       4(BX)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z4
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z12
+	VMOVDQU64       4(BX)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z5
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z13
+	VMOVDQU64       4(BX)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z6
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z14
+	VMOVDQU64       4(R8), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z7
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z15
+	VMOVDQU64       4(R8)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z8
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z16
+	VMOVDQU64       4(R8)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z9
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z17
+	VMOVDQU64       4(R8)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z22
+	VPDPWSSD        Z22, Z23, Z10
+	VPMADDUBSW      Z26, Z24, Z22
+	VPDPWSSD        Z22, Z25, Z18
+	VBROADCASTI64X4 48(CX), Z22
+	VPSRLVW         Z20, Z22, Z22
+	VPANDD          Z0, Z22, Z22
+	VMOVDQU64       kqconst<>+1568(SB), Z23
+	VPERMW          Z1, Z23, Z23
+	VBROADCASTI64X4 48(DX), Z24
+	VPSRLVW         Z20, Z24, Z24
+	VPANDD          Z0, Z24, Z24
+	VMOVDQU64       kqconst<>+1568(SB), Z25
+	VPERMW          Z2, Z25, Z25
+	VMOVDQU64       68(BX), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z3
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z11
+	VMOVDQU64       68(BX)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z4
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z12
+	VMOVDQU64       68(BX)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z5
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z13
+	VMOVDQU64       68(BX)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z6
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z14
+	VMOVDQU64       68(R8), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z7
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z15
+	VMOVDQU64       68(R8)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z8
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z16
+	VMOVDQU64       68(R8)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z9
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z17
+	VMOVDQU64       68(R8)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z22
+	VPDPWSSD        Z22, Z23, Z10
+	VPMADDUBSW      Z26, Z24, Z22
+	VPDPWSSD        Z22, Z25, Z18
+	VBROADCASTI64X4 80(CX), Z22
+	VPSRLVW         Z20, Z22, Z22
+	VPANDD          Z0, Z22, Z22
+	VMOVDQU64       kqconst<>+1632(SB), Z23
+	VPERMW          Z1, Z23, Z23
+	VBROADCASTI64X4 80(DX), Z24
+	VPSRLVW         Z20, Z24, Z24
+	VPANDD          Z0, Z24, Z24
+	VMOVDQU64       kqconst<>+1632(SB), Z25
+	VPERMW          Z2, Z25, Z25
+	VMOVDQU64       132(BX), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z3
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z11
+	VMOVDQU64       132(BX)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z4
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z12
+	VMOVDQU64       132(BX)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z5
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z13
+	VMOVDQU64       132(BX)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z6
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z14
+	VMOVDQU64       132(R8), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z7
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z15
+	VMOVDQU64       132(R8)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z8
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z16
+	VMOVDQU64       132(R8)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z9
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z17
+	VMOVDQU64       132(R8)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z22
+	VPDPWSSD        Z22, Z23, Z10
+	VPMADDUBSW      Z26, Z24, Z22
+	VPDPWSSD        Z22, Z25, Z18
+	VBROADCASTI64X4 112(CX), Z22
+	VPSRLVW         Z20, Z22, Z22
+	VPANDD          Z0, Z22, Z22
+	VMOVDQU64       kqconst<>+1696(SB), Z23
+	VPERMW          Z1, Z23, Z23
+	VBROADCASTI64X4 112(DX), Z24
+	VPSRLVW         Z20, Z24, Z24
+	VPANDD          Z0, Z24, Z24
+	VMOVDQU64       kqconst<>+1696(SB), Z25
+	VPERMW          Z2, Z25, Z25
+	VMOVDQU64       196(BX), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z3
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z11
+	VMOVDQU64       196(BX)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z4
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z12
+	VMOVDQU64       196(BX)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z5
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z13
+	VMOVDQU64       196(BX)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z6
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z14
+	VMOVDQU64       196(R8), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z7
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z15
+	VMOVDQU64       196(R8)(SI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z8
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z16
+	VMOVDQU64       196(R8)(SI*2), Z26
+	VPMADDUBSW      Z26, Z22, Z27
+	VPDPWSSD        Z27, Z23, Z9
+	VPMADDUBSW      Z26, Z24, Z26
+	VPDPWSSD        Z26, Z25, Z17
+	VMOVDQU64       196(R8)(DI*1), Z26
+	VPMADDUBSW      Z26, Z22, Z22
+	VPDPWSSD        Z22, Z23, Z10
+	VPMADDUBSW      Z26, Z24, Z22
+	VPDPWSSD        Z22, Z25, Z18
+	VINSERTI64X4    $0x01, Y2, Z1, Z22
+	VSHUFI64X2      $0x44, Z11, Z3, Z23
+	VSHUFI64X2      $0xee, Z11, Z3, Z24
+	VPADDD          Z24, Z23, Z23
+	VSHUFI64X2      $0x44, Z12, Z4, Z24
+	VSHUFI64X2      $0xee, Z12, Z4, Z25
+	VPADDD          Z25, Z24, Z24
+	VSHUFI64X2      $0x44, Z13, Z5, Z25
+	VSHUFI64X2      $0xee, Z13, Z5, Z26
+	VPADDD          Z26, Z25, Z25
+	VSHUFI64X2      $0x44, Z14, Z6, Z26
+	VSHUFI64X2      $0xee, Z14, Z6, Z27
+	VPADDD          Z27, Z26, Z26
+	VSHUFI64X2      $0x44, Z15, Z7, Z27
+	VSHUFI64X2      $0xee, Z15, Z7, Z28
+	VPADDD          Z28, Z27, Z27
+	VSHUFI64X2      $0x44, Z16, Z8, Z28
+	VSHUFI64X2      $0xee, Z16, Z8, Z29
+	VPADDD          Z29, Z28, Z28
+	VSHUFI64X2      $0x44, Z17, Z9, Z29
+	VSHUFI64X2      $0xee, Z17, Z9, Z30
+	VPADDD          Z30, Z29, Z29
+	VSHUFI64X2      $0x44, Z18, Z10, Z30
+	VSHUFI64X2      $0xee, Z18, Z10, Z31
+	VPADDD          Z31, Z30, Z30
+	VPUNPCKLDQ      Z24, Z23, Z31
+	VPUNPCKHDQ      Z24, Z23, Z23
+	VPADDD          Z23, Z31, Z23
+	VPUNPCKLDQ      Z26, Z25, Z24
+	VPUNPCKHDQ      Z26, Z25, Z25
+	VPADDD          Z25, Z24, Z24
+	VPUNPCKLDQ      Z28, Z27, Z25
+	VPUNPCKHDQ      Z28, Z27, Z26
+	VPADDD          Z26, Z25, Z25
+	VPUNPCKLDQ      Z30, Z29, Z26
+	VPUNPCKHDQ      Z30, Z29, Z27
+	VPADDD          Z27, Z26, Z26
+	VPUNPCKLQDQ     Z24, Z23, Z27
+	VPUNPCKHQDQ     Z24, Z23, Z23
+	VPADDD          Z23, Z27, Z23
+	VPUNPCKLQDQ     Z26, Z25, Z24
+	VPUNPCKHQDQ     Z26, Z25, Z25
+	VPADDD          Z25, Z24, Z24
+	VSHUFI64X2      $0x88, Z24, Z23, Z25
+	VSHUFI64X2      $0xdd, Z24, Z23, Z23
+	VPADDD          Z23, Z25, Z23
+	VSHUFI64X2      $0xd8, Z23, Z23, Z23
+	VCVTDQ2PS       Z23, Z23
+	VMOVDQU64       kqconst<>+1760(SB), Z24
+	VPERMW          Z22, Z24, Z24
+	VBROADCASTI64X4 260(BX), Z22
+	VPMADDWD        Z24, Z22, Z22
+	VBROADCASTI64X4 260(BX)(SI*1), Z25
+	VPMADDWD        Z24, Z25, Z25
+	VBROADCASTI64X4 260(BX)(SI*2), Z26
+	VPMADDWD        Z24, Z26, Z26
+	VBROADCASTI64X4 260(BX)(DI*1), Z27
+	VPMADDWD        Z24, Z27, Z27
+	VBROADCASTI64X4 260(R8), Z28
+	VPMADDWD        Z24, Z28, Z28
+	VBROADCASTI64X4 260(R8)(SI*1), Z29
+	VPMADDWD        Z24, Z29, Z29
+	VBROADCASTI64X4 260(R8)(SI*2), Z30
+	VPMADDWD        Z24, Z30, Z30
+	VBROADCASTI64X4 260(R8)(DI*1), Z31
+	VPMADDWD        Z24, Z31, Z31
+	VPUNPCKLDQ      Z25, Z22, Z24
+	VPUNPCKHDQ      Z25, Z22, Z22
+	VPADDD          Z22, Z24, Z22
+	VPUNPCKLDQ      Z27, Z26, Z24
+	VPUNPCKHDQ      Z27, Z26, Z25
+	VPADDD          Z25, Z24, Z24
+	VPUNPCKLDQ      Z29, Z28, Z25
+	VPUNPCKHDQ      Z29, Z28, Z26
+	VPADDD          Z26, Z25, Z25
+	VPUNPCKLDQ      Z31, Z30, Z26
+	VPUNPCKHDQ      Z31, Z30, Z27
+	VPADDD          Z27, Z26, Z26
+	VPUNPCKLQDQ     Z24, Z22, Z27
+	VPUNPCKHQDQ     Z24, Z22, Z22
+	VPADDD          Z22, Z27, Z22
+	VPUNPCKLQDQ     Z26, Z25, Z24
+	VPUNPCKHQDQ     Z26, Z25, Z25
+	VPADDD          Z25, Z24, Z24
+	VSHUFI64X2      $0x88, Z24, Z22, Z25
+	VSHUFI64X2      $0xdd, Z24, Z22, Z22
+	VPADDD          Z22, Z25, Z22
+	VSHUFI64X2      $0xd8, Z22, Z22, Z22
+	VCVTDQ2PS       Z22, Z22
+	VPXORD          Z19, Z19, Z19
+	KXNORW          K1, K1, K1
+	VPGATHERDD      (BX)(Z21*1), K1, Z19
+	VMOVSS          (CX), X1
+	VCVTPH2PS       X1, X1
+	VBROADCASTSS    X1, Z24
+	VMOVSHDUP       X1, X1
+	VBROADCASTSS    X1, Z25
+	VMOVSS          (DX), X1
+	VCVTPH2PS       X1, X1
+	VBROADCASTSS    X1, Y2
+	VMOVSHDUP       X1, X1
+	VBROADCASTSS    X1, Y1
+	VINSERTF64X4    $0x01, Y2, Z24, Z24
+	VINSERTF64X4    $0x01, Y1, Z25, Z25
+	VMULPS          Z19, Z24, Z24
+	VMULPS          Z19, Z25, Z25
+	VMOVUPS         (SP), Z26
+	VFMADD231PS     Z23, Z24, Z26
+	VMOVUPS         Z26, (SP)
+	VMOVUPS         64(SP), Z26
+	VFMADD231PS     Z22, Z25, Z26
+	VMOVUPS         Z26, 64(SP)
+	ADDQ            $0x00000090, CX
+	ADDQ            $0x00000090, DX
+	ADDQ            $0x00000124, BX
+	ADDQ            $0x00000124, R8
+	DECQ            AX
+	JNZ             q4kr8Tile2x8VNNI_blk
+
+q4kr8Tile2x8VNNI_done:
+	MOVQ    out+40(FP), AX
+	VMOVUPS (SP), Z0
+	VSUBPS  64(SP), Z0, Z0
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
+
 // func q6kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
 TEXT ·q6kDot1VNNI(SB), NOSPLIT, $32-40
@@ -6245,7 +6793,7 @@ q6kDot1VNNI_blk:
 	VPANDD          Z2, Z8, Z8
 	VPSLLW          $0x04, Z8, Z8
 	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+1760(SB), Z8
+	VMOVDQU64       kqconst<>+1888(SB), Z8
 	VPERMW          Z4, Z8, Z8
 	VPMADDUBSW      4(DX), Z7, Z7
 	VPMADDUBSW      4(DX), Z3, Z9
@@ -6257,7 +6805,7 @@ q6kDot1VNNI_blk:
 	VPANDD          Z2, Z6, Z6
 	VPSLLW          $0x04, Z6, Z6
 	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+1824(SB), Z6
+	VMOVDQU64       kqconst<>+1952(SB), Z6
 	VPERMW          Z4, Z6, Z6
 	VPMADDUBSW      68(DX), Z5, Z5
 	VPMADDUBSW      68(DX), Z3, Z7
@@ -6270,7 +6818,7 @@ q6kDot1VNNI_blk:
 	VPANDD          Z2, Z8, Z8
 	VPSLLW          $0x04, Z8, Z8
 	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+1888(SB), Z8
+	VMOVDQU64       kqconst<>+2016(SB), Z8
 	VPERMW          Z4, Z8, Z8
 	VPMADDUBSW      132(DX), Z7, Z7
 	VPMADDUBSW      132(DX), Z3, Z9
@@ -6282,7 +6830,7 @@ q6kDot1VNNI_blk:
 	VPANDD          Z2, Z6, Z6
 	VPSLLW          $0x04, Z6, Z6
 	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+1952(SB), Z6
+	VMOVDQU64       kqconst<>+2080(SB), Z6
 	VPERMW          Z4, Z6, Z6
 	VPMADDUBSW      196(DX), Z5, Z5
 	VPMADDUBSW      196(DX), Z3, Z7
@@ -6313,7 +6861,7 @@ q6kDot1VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VZEROUPPER
@@ -6360,7 +6908,7 @@ q6kDot8VNNI_blk:
 	VPANDD          Z9, Z15, Z15
 	VPSLLW          $0x04, Z15, Z15
 	VPORD           Z15, Z14, Z14
-	VMOVDQU64       kqconst<>+1760(SB), Z15
+	VMOVDQU64       kqconst<>+1888(SB), Z15
 	VPERMW          Z11, Z15, Z15
 	VPMADDUBSW      4(DX), Z14, Z16
 	VPMADDUBSW      4(DX), Z10, Z17
@@ -6400,7 +6948,7 @@ q6kDot8VNNI_blk:
 	VPANDD          Z9, Z13, Z13
 	VPSLLW          $0x04, Z13, Z13
 	VPORD           Z13, Z12, Z12
-	VMOVDQU64       kqconst<>+1824(SB), Z13
+	VMOVDQU64       kqconst<>+1952(SB), Z13
 	VPERMW          Z11, Z13, Z13
 	VPMADDUBSW      68(DX), Z12, Z14
 	VPMADDUBSW      68(DX), Z10, Z15
@@ -6441,7 +6989,7 @@ q6kDot8VNNI_blk:
 	VPANDD          Z9, Z15, Z15
 	VPSLLW          $0x04, Z15, Z15
 	VPORD           Z15, Z14, Z14
-	VMOVDQU64       kqconst<>+1888(SB), Z15
+	VMOVDQU64       kqconst<>+2016(SB), Z15
 	VPERMW          Z11, Z15, Z15
 	VPMADDUBSW      132(DX), Z14, Z16
 	VPMADDUBSW      132(DX), Z10, Z17
@@ -6481,7 +7029,7 @@ q6kDot8VNNI_blk:
 	VPANDD          Z9, Z13, Z13
 	VPSLLW          $0x04, Z13, Z13
 	VPORD           Z13, Z12, Z12
-	VMOVDQU64       kqconst<>+1952(SB), Z13
+	VMOVDQU64       kqconst<>+2080(SB), Z13
 	VPERMW          Z11, Z13, Z13
 	VPMADDUBSW      196(DX), Z12, Z14
 	VPMADDUBSW      196(DX), Z10, Z15
@@ -6597,7 +7145,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VMOVUPS       32(SP), Y0
@@ -6607,7 +7155,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 4(AX)
 	VMOVUPS       64(SP), Y0
@@ -6617,7 +7165,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 8(AX)
 	VMOVUPS       96(SP), Y0
@@ -6627,7 +7175,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 12(AX)
 	VMOVUPS       128(SP), Y0
@@ -6637,7 +7185,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 16(AX)
 	VMOVUPS       160(SP), Y0
@@ -6647,7 +7195,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 20(AX)
 	VMOVUPS       192(SP), Y0
@@ -6657,7 +7205,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 24(AX)
 	VMOVUPS       224(SP), Y0
@@ -6667,7 +7215,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 28(AX)
 	VZEROUPPER
@@ -6871,7 +7419,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -6887,7 +7435,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       80(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -6903,7 +7451,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       128(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -6919,7 +7467,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       176(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7165,7 +7713,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -7176,7 +7724,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        80(SP), X0, X0
 	VMOVSS        X0, 4(AX)
@@ -7187,7 +7735,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        128(SP), X0, X0
 	VMOVSS        X0, 8(AX)
@@ -7198,7 +7746,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        176(SP), X0, X0
 	VMOVSS        X0, 12(AX)
@@ -7483,7 +8031,7 @@ q6kDot4VNNI_blk:
 	VPANDD          Z5, Z11, Z11
 	VPSLLW          $0x04, Z11, Z11
 	VPORD           Z11, Z10, Z10
-	VMOVDQU64       kqconst<>+1760(SB), Z11
+	VMOVDQU64       kqconst<>+1888(SB), Z11
 	VPERMW          Z7, Z11, Z11
 	VPMADDUBSW      4(DX), Z10, Z12
 	VPMADDUBSW      4(DX), Z6, Z13
@@ -7507,7 +8055,7 @@ q6kDot4VNNI_blk:
 	VPANDD          Z5, Z9, Z9
 	VPSLLW          $0x04, Z9, Z9
 	VPORD           Z9, Z8, Z8
-	VMOVDQU64       kqconst<>+1824(SB), Z9
+	VMOVDQU64       kqconst<>+1952(SB), Z9
 	VPERMW          Z7, Z9, Z9
 	VPMADDUBSW      68(DX), Z8, Z10
 	VPMADDUBSW      68(DX), Z6, Z11
@@ -7532,7 +8080,7 @@ q6kDot4VNNI_blk:
 	VPANDD          Z5, Z11, Z11
 	VPSLLW          $0x04, Z11, Z11
 	VPORD           Z11, Z10, Z10
-	VMOVDQU64       kqconst<>+1888(SB), Z11
+	VMOVDQU64       kqconst<>+2016(SB), Z11
 	VPERMW          Z7, Z11, Z11
 	VPMADDUBSW      132(DX), Z10, Z12
 	VPMADDUBSW      132(DX), Z6, Z13
@@ -7556,7 +8104,7 @@ q6kDot4VNNI_blk:
 	VPANDD          Z5, Z9, Z9
 	VPSLLW          $0x04, Z9, Z9
 	VPORD           Z9, Z8, Z8
-	VMOVDQU64       kqconst<>+1952(SB), Z9
+	VMOVDQU64       kqconst<>+2080(SB), Z9
 	VPERMW          Z7, Z9, Z9
 	VPMADDUBSW      196(DX), Z8, Z10
 	VPMADDUBSW      196(DX), Z6, Z11
@@ -7623,7 +8171,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VMOVUPS       32(SP), Y0
@@ -7633,7 +8181,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 4(AX)
 	VMOVUPS       64(SP), Y0
@@ -7643,7 +8191,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 8(AX)
 	VMOVUPS       96(SP), Y0
@@ -7653,7 +8201,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 12(AX)
 	VZEROUPPER
@@ -7799,7 +8347,7 @@ q4kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7815,7 +8363,7 @@ q4kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       80(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7995,7 +8543,7 @@ q5kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -8006,7 +8554,7 @@ q5kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        80(SP), X0, X0
 	VMOVSS        X0, 4(AX)
@@ -8205,7 +8753,7 @@ q6kDot2VNNI_blk:
 	VPANDD          Z3, Z9, Z9
 	VPSLLW          $0x04, Z9, Z9
 	VPORD           Z9, Z8, Z8
-	VMOVDQU64       kqconst<>+1760(SB), Z9
+	VMOVDQU64       kqconst<>+1888(SB), Z9
 	VPERMW          Z5, Z9, Z9
 	VPMADDUBSW      4(DX), Z8, Z10
 	VPMADDUBSW      4(DX), Z4, Z11
@@ -8221,7 +8769,7 @@ q6kDot2VNNI_blk:
 	VPANDD          Z3, Z7, Z7
 	VPSLLW          $0x04, Z7, Z7
 	VPORD           Z7, Z6, Z6
-	VMOVDQU64       kqconst<>+1824(SB), Z7
+	VMOVDQU64       kqconst<>+1952(SB), Z7
 	VPERMW          Z5, Z7, Z7
 	VPMADDUBSW      68(DX), Z6, Z8
 	VPMADDUBSW      68(DX), Z4, Z9
@@ -8238,7 +8786,7 @@ q6kDot2VNNI_blk:
 	VPANDD          Z3, Z9, Z9
 	VPSLLW          $0x04, Z9, Z9
 	VPORD           Z9, Z8, Z8
-	VMOVDQU64       kqconst<>+1888(SB), Z9
+	VMOVDQU64       kqconst<>+2016(SB), Z9
 	VPERMW          Z5, Z9, Z9
 	VPMADDUBSW      132(DX), Z8, Z10
 	VPMADDUBSW      132(DX), Z4, Z11
@@ -8254,7 +8802,7 @@ q6kDot2VNNI_blk:
 	VPANDD          Z3, Z7, Z7
 	VPSLLW          $0x04, Z7, Z7
 	VPORD           Z7, Z6, Z6
-	VMOVDQU64       kqconst<>+1952(SB), Z7
+	VMOVDQU64       kqconst<>+2080(SB), Z7
 	VPERMW          Z5, Z7, Z7
 	VPMADDUBSW      196(DX), Z6, Z8
 	VPMADDUBSW      196(DX), Z4, Z9
@@ -8297,7 +8845,7 @@ q6kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VMOVUPS       32(SP), Y0
@@ -8307,7 +8855,7 @@ q6kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 4(AX)
 	VZEROUPPER
@@ -8445,7 +8993,7 @@ q4kRowsAVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      32(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -8639,7 +9187,7 @@ q5kRowsAVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       32(SP), X0, X0
 	VMOVSS       X0, (AX)
@@ -8962,7 +9510,7 @@ q6kRowsAVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2016(SB), X0
+	VMOVSS       kqconst<>+2144(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, (AX)
 	ADDQ         $0x04, AX
@@ -9090,7 +9638,7 @@ q4kRowsVNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -9248,7 +9796,7 @@ q5kRowsVNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -9427,7 +9975,7 @@ q6kRowsVNNI_blk:
 	VPANDD          Z2, Z8, Z8
 	VPSLLW          $0x04, Z8, Z8
 	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+1760(SB), Z8
+	VMOVDQU64       kqconst<>+1888(SB), Z8
 	VPERMW          Z4, Z8, Z8
 	VPMADDUBSW      4(DI), Z7, Z7
 	VPMADDUBSW      4(DI), Z3, Z9
@@ -9439,7 +9987,7 @@ q6kRowsVNNI_blk:
 	VPANDD          Z2, Z6, Z6
 	VPSLLW          $0x04, Z6, Z6
 	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+1824(SB), Z6
+	VMOVDQU64       kqconst<>+1952(SB), Z6
 	VPERMW          Z4, Z6, Z6
 	VPMADDUBSW      68(DI), Z5, Z5
 	VPMADDUBSW      68(DI), Z3, Z7
@@ -9452,7 +10000,7 @@ q6kRowsVNNI_blk:
 	VPANDD          Z2, Z8, Z8
 	VPSLLW          $0x04, Z8, Z8
 	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+1888(SB), Z8
+	VMOVDQU64       kqconst<>+2016(SB), Z8
 	VPERMW          Z4, Z8, Z8
 	VPMADDUBSW      132(DI), Z7, Z7
 	VPMADDUBSW      132(DI), Z3, Z9
@@ -9464,7 +10012,7 @@ q6kRowsVNNI_blk:
 	VPANDD          Z2, Z6, Z6
 	VPSLLW          $0x04, Z6, Z6
 	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+1952(SB), Z6
+	VMOVDQU64       kqconst<>+2080(SB), Z6
 	VPERMW          Z4, Z6, Z6
 	VPMADDUBSW      196(DI), Z5, Z5
 	VPMADDUBSW      196(DI), Z3, Z7
@@ -9494,7 +10042,7 @@ q6kRowsVNNI_done:
 	VADDPS        X0, X2, X2
 	VMOVSHDUP     X2, X0
 	VADDSS        X0, X2, X2
-	VMOVSS        kqconst<>+2016(SB), X0
+	VMOVSS        kqconst<>+2144(SB), X0
 	VADDSS        X2, X0, X0
 	VMOVSS        X0, (AX)
 	ADDQ          $0x04, AX
@@ -9614,9 +10162,9 @@ q8k_found:
 	BSFL         SI, DI
 	ADDQ         DI, BX
 	VMOVSS       (CX)(BX*4), X0
-	VMOVSS       kqconst<>+2020(SB), X1
+	VMOVSS       kqconst<>+2148(SB), X1
 	VDIVSS       X0, X1, X1
-	VMOVSS       kqconst<>+2024(SB), X0
+	VMOVSS       kqconst<>+2152(SB), X0
 	VDIVSS       X1, X0, X0
 	VMOVSS       X0, (DX)
 	VBROADCASTSS X1, Y0

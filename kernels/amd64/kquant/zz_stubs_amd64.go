@@ -74,6 +74,11 @@ func q4kr8Dot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 //go:noescape
 func q4kr8Dot8VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 
+// q4kr8Tile2x8VNNI sets out[8u+r], u < 2, r < 8, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+u*wstride with activation row x+r*xstride.
+//
+//go:noescape
+func q4kr8Tile2x8VNNI(nb int, w *byte, wstride int, x *byte, xstride int, out *float32)
+
 // q6kDot1VNNI sets out[r], r < 1, to the DotQ6_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
 //
 //go:noescape

@@ -124,6 +124,14 @@ func constants() {
 	for j := 0; j < 4; j++ {
 		vec64(fmt.Sprintf("k4p%d", j), words(func(w int) int { return 2*j + w/16 }))
 	}
+	// the 2×8's epilogue: both weight rows' mins words mn[w/2] (the second
+	// row's scales at words 16..31), and the rows' y.d offsets r%8 (times xstride)
+	vec64("k4mn2", words(func(w int) int { return 16*(w/16) + 8 + (w%16)/2 }))
+	var iota8x2 [64]byte
+	for i := 0; i < 16; i++ {
+		iota8x2[4*i] = byte(i % 8)
+	}
+	vec64("iota8x2", iota8x2)
 	// Q6_K's scales of values 64i..64i+63 of the block: one per 16 values
 	for i := 0; i < 4; i++ {
 		vec64(fmt.Sprintf("s6p%d", i), words(func(w int) int { return 4*i + w/8 }))
@@ -648,6 +656,14 @@ func finish(frame Mem, x int, mins int) {
 		ret()
 		return
 	}
+	if mins == -16 { // repackEpilogue2x8's two vectors
+		a := ZMM()
+		VMOVUPS(frame, a)
+		VSUBPS(frame.Offset(64), a, a)
+		VMOVUPS(a, Mem{Base: out})
+		ret()
+		return
+	}
 	for i := 0; i < x; i++ {
 		if mins < 0 { // the repack order: acc - accm
 			a := XMM()
@@ -857,6 +873,166 @@ func q4k512(name string, t kq, x int) {
 	finish(frame, x, minsOf(t))
 }
 
+// repackEpilogue2x8 is repackEpilogue8 for the 2×8 tile, in zmm (every
+// instruction EVEX, no fixed registers). sumi[8u+k] is weight row u against
+// activation row k; each pair (0, k), (1, k) shares a zmm after folding its
+// 16 lanes to 8, then an unpack tree sums each 8 into lane 8u+k of one
+// vector (integers, so any grouping). The mins take the same tree: one
+// VPMADDWD of row k's bsums by both weight rows' mins words (scales holds
+// both rows' scale words, the second's at 16..31), the same integers as
+// the hadd/madd. The rows' y.d are gathered at yoff (r*xstride), and one
+// FMA per accumulator covers all sixteen outputs: the same FMAs lane by lane.
+func repackEpilogue2x8(frame Mem, w []GPVirtual, r rows, yoff, scales VecVirtual, sumi []VecVirtual) {
+	tree := func(v []VecVirtual) VecVirtual { // v[k]: pair (0, k) in lanes 0-7, (1, k) in 8-15
+		var u [4]VecVirtual
+		for k := range u {
+			lo, hi := ZMM(), ZMM()
+			VPUNPCKLDQ(v[2*k+1], v[2*k], lo)
+			VPUNPCKHDQ(v[2*k+1], v[2*k], hi)
+			u[k] = ZMM()
+			VPADDD(hi, lo, u[k])
+		}
+		var q [2]VecVirtual
+		for k := range q {
+			lo, hi := ZMM(), ZMM()
+			VPUNPCKLQDQ(u[2*k+1], u[2*k], lo)
+			VPUNPCKHQDQ(u[2*k+1], u[2*k], hi)
+			q[k] = ZMM()
+			VPADDD(hi, lo, q[k]) // per 128-bit lane: rows 4k..4k+3 (weight row 1 above)
+		}
+		a, b, t := ZMM(), ZMM(), ZMM()
+		VSHUFI64X2(U8(0x88), q[1], q[0], a) // q0.L0 q0.L2 q1.L0 q1.L2
+		VSHUFI64X2(U8(0xdd), q[1], q[0], b) // q0.L1 q0.L3 q1.L1 q1.L3
+		VPADDD(b, a, t)                     // outputs 0-3, 8-11, 4-7, 12-15
+		VSHUFI64X2(U8(0xd8), t, t, t)       // outputs 0-15
+		VCVTDQ2PS(t, t)
+		return t
+	}
+	s := make([]VecVirtual, 8)
+	for k := range s {
+		lo, hi := ZMM(), ZMM()
+		VSHUFI64X2(U8(0x44), sumi[k+8], sumi[k], lo)
+		VSHUFI64X2(U8(0xee), sumi[k+8], sumi[k], hi)
+		s[k] = ZMM()
+		VPADDD(hi, lo, s[k])
+	}
+	t16 := tree(s)
+	md := ZMM()
+	VMOVDQU64(c("k4mn2"), md)
+	VPERMW(scales, md, md)
+	for k := range s {
+		b := ZMM()
+		VBROADCASTI64X4(r.at(k, 260), b)
+		VPMADDWD(md, b, b)
+		s[k] = b
+	}
+	m16 := tree(s)
+	yd := ZMM()
+	VPXORD(yd, yd, yd)
+	KXNORW(K1, K1, K1)
+	VPGATHERDD(Mem{Base: r.p0, Index: yoff, Scale: 1}, K1, yd)
+	// [d, dmin] of each weight row, broadcast over its eight lanes
+	dv, dm := ZMM(), ZMM()
+	for u, wu := range w {
+		wd, hv, hm := XMM(), YMM(), YMM()
+		VMOVSS(Mem{Base: wu}, wd)
+		VCVTPH2PS(wd, wd)
+		if u == 0 {
+			VBROADCASTSS(wd, dv)
+			VMOVSHDUP(wd, wd)
+			VBROADCASTSS(wd, dm)
+			continue
+		}
+		VBROADCASTSS(wd, hv)
+		VMOVSHDUP(wd, wd)
+		VBROADCASTSS(wd, hm)
+		VINSERTF64X4(U8(1), hv, dv, dv)
+		VINSERTF64X4(U8(1), hm, dm, dm)
+	}
+	VMULPS(yd, dv, dv)
+	VMULPS(yd, dm, dm)
+	acc := ZMM()
+	VMOVUPS(frame, acc)
+	VFMADD231PS(t16, dv, acc)
+	VMOVUPS(acc, frame)
+	VMOVUPS(frame.Offset(64), acc)
+	VFMADD231PS(m16, dm, acc)
+	VMOVUPS(acc, frame.Offset(64))
+}
+
+// sig2 is the 2×8 tile's: out[8u+r] is weight row w+u*wstride (u < 2)
+// against activation row x+r*xstride.
+const sig2 = "func(nb int, w *byte, wstride int, x *byte, xstride int, out *float32)"
+
+// q4kr8Tile2x8 is the repack order for two weight rows and eight
+// activation rows: each activation chunk loaded once for both weight rows
+// (half the activation traffic of two 1×8 passes, which read them from
+// L2 in prefill), the two rows' decoded chunks and scale words live, and
+// repackEpilogue2x8's zmm epilogue with lane 8u+r for weight row u.
+func q4kr8Tile2x8(name string) {
+	TEXT(name, NOSPLIT, sig2)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s sets out[8u+r], u < 2, r < 8, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+u*wstride with activation row x+r*xstride.", name))
+	frame := AllocLocal(128)
+	nb := Load(Param("nb"), GP64()).(GPVirtual)
+	w0 := Load(Param("w"), GP64()).(GPVirtual)
+	w1 := GP64()
+	MOVQ(w0, w1)
+	ADDQ(Load(Param("wstride"), GP64()), w1)
+	r := loadRows(8)
+	z := ZMM()
+	VPXORD(z, z, z)
+	VMOVDQU64(z, frame)
+	VMOVDQU64(z, frame.Offset(64))
+	m4, srl, yoff := ZMM(), ZMM(), ZMM()
+	VMOVDQU64(c("m4z"), m4)
+	VMOVDQU64(c("srl04"), srl)
+	VPBROADCASTD(r.xs.As32(), yoff)
+	VPMULLD(c("iota8x2"), yoff, yoff)
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_blk")
+	{
+		ws := []GPVirtual{w0, w1}
+		scales := []VecVirtual{q4kScales(w0), q4kScales(w1)}
+		sumi := make([]VecVirtual, 16)
+		for i := range sumi {
+			sumi[i] = ZMM()
+			VPXORD(sumi[i], sumi[i], sumi[i])
+		}
+		for j := 0; j < 4; j++ {
+			var q, sc [2]VecVirtual
+			for u := range q {
+				q[u], sc[u] = ZMM(), ZMM()
+				VBROADCASTI64X4(Mem{Base: ws[u], Disp: kQ4r8.qs + 32*j}, q[u])
+				VPSRLVW(srl, q[u], q[u])
+				VPANDD(m4, q[u], q[u])
+				VMOVDQU64(c(fmt.Sprintf("k4p%d", j)), sc[u])
+				VPERMW(scales[u].AsZ(), sc[u], sc[u])
+			}
+			for i := 0; i < 8; i++ {
+				a := ZMM()
+				VMOVDQU64(r.at(i, 4+64*j), a)
+				for u := range q {
+					p := ZMM()
+					VPMADDUBSW(a, q[u], p)
+					VPDPWSSD(p, sc[u], sumi[8*u+i])
+				}
+			}
+		}
+		sz := ZMM()
+		VINSERTI64X4(U8(1), scales[1], scales[0].AsZ(), sz)
+		repackEpilogue2x8(frame, ws, r, yoff, sz, sumi)
+		ADDQ(U32(q4kBytes), w0)
+		ADDQ(U32(q4kBytes), w1)
+		r.advance()
+		DECQ(nb)
+		JNZ(LabelRef(name + "_blk"))
+	}
+	Label(name + "_done")
+	finish(frame, 16, -16)
+}
+
 // q6k512 is DotQ6_KAVX2 with AVX-512: 64 values per zmm (ql's 64 bytes
 // give values 0..63 of a half by their low nibbles and 64..127 by their
 // high ones), VPDPWSSD for the scale madd and add.
@@ -942,6 +1118,7 @@ func main() {
 	q4k512("q5kDot8VNNI", kQ5, 8)
 	q4k512("q4kr8Dot1VNNI", kQ4r8, 1)
 	q4k512("q4kr8Dot8VNNI", kQ4r8, 8)
+	q4kr8Tile2x8("q4kr8Tile2x8VNNI") // the repack order's prefill tile
 	q6k512("q6kDot1VNNI", 1)
 	q6k512("q6kDot8VNNI", 8)
 	for _, x := range smallX { // cpukern.SmallTile: a few decode streams
