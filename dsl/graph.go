@@ -29,9 +29,10 @@ const (
 	OpAttention           // causal attention of q over this layer's KV cache after appending k, v
 	OpSoftmax             // softmax over each row
 	OpTopK                // indices of the K largest values per row (MoE routing), as float ids
+	OpRows                // input: hidden-state rows an earlier stage computed (stage.go)
 )
 
-var opNames = [...]string{"tokens", "embed", "matmul", "add", "mul", "scale", "silu", "gelu", "rms_norm", "layer_norm", "rope", "attention", "softmax", "top_k"}
+var opNames = [...]string{"tokens", "embed", "matmul", "add", "mul", "scale", "silu", "gelu", "rms_norm", "layer_norm", "rope", "attention", "softmax", "top_k", "rows"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {

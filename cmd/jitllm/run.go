@@ -48,7 +48,7 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.BoolVar(&f.noSpecial, "no-bos", false, "do not add the vocabulary's BOS/EOS tokens to the prompt")
 	fl.BoolVar(&f.special, "special", false, "parse special-token text (e.g. <s>) in the prompt")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print timings to stderr")
-	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda (cuda:0) or auto")
+	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda:N, auto, or a list to split the model over (cpu,cuda:0; cuda:0,cuda:1)")
 	f.tune = tune.Quick
 	fl.Var(&f.tune, "tune", "CPU kernel tuning: off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
 }

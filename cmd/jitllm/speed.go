@@ -34,7 +34,7 @@ object per test with the same fields.
                (default 0: from an empty cache, as llama-bench's tg)
   -r N         runs of each test; the best counts
   -b N         most tokens in one forward (default min(-p, 512))
-  -devices D   cpu, cuda (cuda:0) or auto
+  -devices D   cpu, cuda:N, auto, or a list to split over (cpu,cuda:0; cuda:0,cuda:1)
   -threads N   worker threads (0 = one per CPU)
   -tune M      CPU kernel tuning: off (defaults), quick (default: a few
                candidates per matmul shape, measured on first use and cached
@@ -77,7 +77,7 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("speed takes one MODEL, got %d arguments (see jitllm speed -h)", len(pos))
 	}
-	if _, err := rtdevices.Resolve(*devices); err != nil {
+	if _, _, err := rtdevices.Parse(*devices); err != nil {
 		return err
 	}
 	cfg.Devices = *devices

@@ -67,7 +67,8 @@ func TestSpeedRejects(t *testing.T) {
 		want string
 	}{
 		{[]string{stories, "-devices", "vulkan"}, "unknown device"},
-		{[]string{stories, "-devices", "cpu,cuda"}, "one device"},
+		{[]string{stories, "-devices", "cpu,tpu"}, "unknown device \"tpu\""},
+		{[]string{stories, "-devices", "cpu,,cpu"}, "an empty entry"},
 		{[]string{stories, "-r", "0"}, "-r ≥ 1"},
 		{[]string{stories, "-p", "0", "-n", "0"}, "nothing to run"},
 		{[]string{}, "one MODEL"},

@@ -109,7 +109,7 @@ func TestWarpFormsMatchSerial(t *testing.T) {
 	if err := k.Run(ops.Attention(), q, kc, vc, want, step, hd, heads, heads/kvHeads, dim, float32(0.125)); err != nil {
 		t.Fatal(err)
 	}
-	sc := make([]float32, heads*ctx)
+	sc := make([]float32, 2*heads*ctx)
 	if err := k.Run(ops.AttentionWarp2(), q, kc, vc, got, step, sc, hd, heads, heads/kvHeads, dim, ctx, float32(0.125)); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +170,37 @@ func TestWarpFormsMatchSerial(t *testing.T) {
 	for i := range a {
 		if d := math.Abs(float64(a[i] - b[i])); d > 1e-6*math.Abs(float64(a[i])) {
 			t.Fatalf("rmsnorm value %d: CTA %v, serial %v", i, b[i], a[i])
+		}
+	}
+}
+
+// ArgMaxCTA gives the first index of the maximum, ties included.
+func TestArgMaxCTA(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{1, 7, 256, 1000, 128256} {
+		x := opstest.Floats(n, 1, r)
+		want := 0
+		if n > 3 { // a tie: the first of two maxima wins
+			best := 0
+			for i, v := range x {
+				if v > x[best] {
+					best = i
+				}
+			}
+			x[n-1] = x[best]
+			want = best
+		}
+		for i, v := range x {
+			if v > x[want] {
+				want = i
+			}
+		}
+		y := []int32{-1}
+		if err := k.Run(ops.ArgMaxCTA(), x, y); err != nil {
+			t.Fatal(err)
+		}
+		if int(y[0]) != want {
+			t.Fatalf("n=%d: argmax %d, want %d", n, y[0], want)
 		}
 	}
 }

@@ -104,7 +104,7 @@ var generated = Table{
 			Type:   "MXFP4",
 		}},
 		Variants: []Variant{Variant{
-			Files:  []string{"kernels/amd64/kquant/zz_kquant_amd64.s", "kernels/amd64/legacy/zz_legacy_amd64.s"},
+			Files:  []string{"kernels/amd64/attn/zz_attn_amd64.s", "kernels/amd64/elem/zz_elem_amd64.s", "kernels/amd64/kquant/zz_kquant_amd64.s", "kernels/amd64/legacy/zz_legacy_amd64.s"},
 			GOARCH: "amd64",
 			Kind:   "asm",
 		}, Variant{
@@ -201,6 +201,6 @@ var generated = Table{
 		Name:          "llama",
 		Ops:           []string{"add", "attention", "embed", "matmul", "mul", "rms_norm", "rope", "silu", "tokens"},
 	}},
-	Ops:    []string{"tokens", "embed", "matmul", "add", "mul", "scale", "silu", "gelu", "rms_norm", "layer_norm", "rope", "attention", "softmax", "top_k"},
+	Ops:    []string{"tokens", "embed", "matmul", "add", "mul", "scale", "silu", "gelu", "rms_norm", "layer_norm", "rope", "attention", "softmax", "top_k", "rows"},
 	Schema: 1,
 }

@@ -178,7 +178,9 @@ func (b Buffer) Download(dst []byte) error {
 
 // UploadAsync copies host bytes to the start of b in stream order: work
 // queued on s after it sees them. From pageable memory (a Go slice) the
-// driver stages the bytes before it returns, so src may change afterwards.
+// driver stages the bytes before it returns, so src may change afterwards;
+// from a HostBuffer the copy reads them when it runs, so src must not
+// change until the stream passes it.
 func (b Buffer) UploadAsync(src []byte, s *Stream) error {
 	if uint64(len(src)) > b.Size {
 		return fmt.Errorf("upload of %d bytes into a %d-byte buffer", len(src), b.Size)
@@ -192,7 +194,8 @@ func (b Buffer) UploadAsync(src []byte, s *Stream) error {
 
 // DownloadAsync copies the start of b to host bytes in stream order, after
 // the work queued on s; into pageable memory (a Go slice) it returns once
-// the copy is done.
+// the copy is done, into a HostBuffer at once (synchronize s before
+// reading dst).
 func (b Buffer) DownloadAsync(dst []byte, s *Stream) error {
 	if uint64(len(dst)) > b.Size {
 		return fmt.Errorf("download of %d bytes from a %d-byte buffer", len(dst), b.Size)
@@ -208,4 +211,44 @@ func (b Buffer) DownloadAsync(dst []byte, s *Stream) error {
 func (b Buffer) Zero() error {
 	defer b.c.enter()()
 	return check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size))
+}
+
+// HostBuffer is page-locked host memory (cuMemAllocHost): the device copies
+// to and from it by DMA, without the staging a pageable Go slice needs, and
+// an async copy into it returns at once (wait on the stream before reading).
+type HostBuffer struct {
+	p unsafe.Pointer
+	n uint64
+	c *Context
+}
+
+// maxHostAlloc bounds one page-locked allocation: pinned memory cannot be
+// swapped, so a caller's size must not take the host's memory.
+const maxHostAlloc = 1 << 32
+
+// AllocHost allocates n bytes (1 ≤ n ≤ 4 GiB) of page-locked host memory.
+func (c *Context) AllocHost(n uint64) (*HostBuffer, error) {
+	if n == 0 || n > maxHostAlloc {
+		return nil, fmt.Errorf("page-locked allocation of %d bytes (1 to %d)", n, uint64(maxHostAlloc))
+	}
+	defer c.enter()()
+	var p unsafe.Pointer
+	if err := check(fmt.Sprintf("cuMemAllocHost(%d bytes)", n), api.cuMemAllocHost(&p, n)); err != nil {
+		return nil, err
+	}
+	return &HostBuffer{p, n, c}, nil
+}
+
+// Bytes is the buffer's memory; it is valid until Free.
+func (h *HostBuffer) Bytes() []byte { return unsafe.Slice((*byte)(h.p), h.n) }
+
+// Free releases the buffer (once; later calls do nothing).
+func (h *HostBuffer) Free() error {
+	if h == nil || h.p == nil {
+		return nil
+	}
+	defer h.c.enter()()
+	p := h.p
+	h.p, h.n = nil, 0
+	return check("cuMemFreeHost", api.cuMemFreeHost(p))
 }

@@ -33,6 +33,8 @@ var api struct {
 	cuMemGetInfo              func(free, total *uint64) Result
 	cuMemAlloc                func(p *uint64, bytes uint64) Result
 	cuMemFree                 func(p uint64) Result
+	cuMemAllocHost            func(p *unsafe.Pointer, bytes uint64) Result
+	cuMemFreeHost             func(p unsafe.Pointer) Result
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, bytes uint64) Result
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, bytes uint64) Result
 	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) Result
@@ -81,6 +83,8 @@ var symbols = []struct {
 	{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 	{&api.cuMemAlloc, "cuMemAlloc_v2"},
 	{&api.cuMemFree, "cuMemFree_v2"},
+	{&api.cuMemAllocHost, "cuMemAllocHost_v2"},
+	{&api.cuMemFreeHost, "cuMemFreeHost"},
 	{&api.cuMemcpyHtoD, "cuMemcpyHtoD_v2"},
 	{&api.cuMemcpyDtoH, "cuMemcpyDtoH_v2"},
 	{&api.cuMemcpyDtoD, "cuMemcpyDtoD_v2"},

@@ -1,6 +1,7 @@
-// Package devices turns a -devices value (cpu, cuda, cuda:0, auto) into the
-// runner of that backend, so the CLI, the benchmark and the server choose a
-// device one way.
+// Package devices turns a -devices value (cpu, cuda, cuda:N, auto, or a
+// list such as cuda:0,cuda:1 or cpu,cuda:0) into the runner of that
+// backend, or a runtime/sched pipeline over the devices listed, so the CLI,
+// the benchmark and the server choose devices one way.
 package devices
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/gpuexec"
+	"github.com/jitllm/jitllm/runtime/sched"
 )
 
 // Runner is what every backend's runner offers a session.
@@ -22,8 +24,11 @@ type Runner interface {
 	Close()
 }
 
-// Names lists the accepted -devices values.
+// Names lists the -devices values Resolve accepts (one device).
 const Names = "cpu, cuda, cuda:0, auto"
+
+// ListNames lists the -devices values NewRunner accepts.
+const ListNames = "cpu, cuda, cuda:N, auto, or a list to split the model over (cpu,cuda:0; cuda:0,cuda:1)"
 
 // Resolve maps a -devices value to "cpu" or "cuda"; auto picks cuda when a
 // driver and a device are there.
@@ -40,19 +45,85 @@ func Resolve(spec string) (string, error) {
 		return "cpu", nil
 	default:
 		if strings.HasPrefix(s, "cuda:") || strings.Contains(s, ",") {
-			return "", fmt.Errorf("-devices %s: this build runs a model on one device (cuda:0); splitting over several is not built yet", s)
+			return "", fmt.Errorf("-devices %s: here a model runs on one device (cpu, cuda:0 or auto); splits over several run in jitllm run and speed", s)
 		}
 		return "", fmt.Errorf("-devices %s: unknown device (want one of %s)", s, Names)
 	}
 }
 
-// NewRunner plans m on the device spec names.
+// Parse checks a -devices value for NewRunner: "auto" (auto true), one
+// device, or a list of them (sched.ParseList), returned as device ids.
+func Parse(spec string) (ids []string, auto bool, err error) {
+	switch s := strings.TrimSpace(spec); s {
+	case "", "cpu":
+		return []string{"cpu"}, false, nil
+	case "auto":
+		return nil, true, nil
+	default:
+		ids, err := sched.ParseList(s)
+		if err != nil {
+			return nil, false, fmt.Errorf("-devices %s: %w; -devices takes %s", s, err, ListNames)
+		}
+		return ids, false, nil
+	}
+}
+
+// autoIDs are the devices auto may use: every CUDA device, then the CPU.
+func autoIDs() []string {
+	devs, err := cuda.Devices()
+	if err != nil || len(devs) == 0 {
+		return []string{"cpu"}
+	}
+	var ids []string
+	for i := range devs {
+		ids = append(ids, fmt.Sprintf("cuda:%d", i))
+	}
+	return append(ids, "cpu")
+}
+
+// NewRunner plans m on the devices spec names. Several devices (a list, or
+// auto when the model fits no single device) run as a runtime/sched
+// pipeline: a list shares the blocks among all its devices by speed, auto
+// uses the fewest devices, fastest first, that hold the model.
 func NewRunner(m *exec.Model, spec string, opt exec.Options) (Runner, string, error) {
-	dev, err := Resolve(spec)
+	ids, auto, err := Parse(spec)
 	if err != nil {
 		return nil, "", err
 	}
-	if dev == "cuda" {
+	so := sched.Options{Options: opt, Piece: opt.MaxBatch}
+	if auto {
+		ids = autoIDs()
+		if len(ids) > 1 {
+			devs, err := sched.Devices(ids)
+			if err != nil {
+				return nil, "", fmt.Errorf("-devices auto: %w", err)
+			}
+			pl, err := sched.PlanOn(m, devs, so, true)
+			if err != nil {
+				return nil, "", fmt.Errorf("-devices auto: %w", err)
+			}
+			ids = []string{pl[0].Device.ID}
+			if len(pl) > 1 {
+				r, err := sched.New(m, pl, so)
+				if err != nil {
+					return nil, "", err
+				}
+				return r, "split " + pl.Short(), nil
+			}
+		}
+	}
+	if len(ids) > 1 {
+		r, err := sched.Open(m, ids, so, false)
+		if errors.Is(err, cuda.ErrNoDriver) {
+			return nil, "", fmt.Errorf("-devices %s: %w", spec, err)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return r, "split " + r.Stages().Short(), nil
+	}
+	if dev := ids[0]; dev != "cpu" {
+		fmt.Sscanf(dev, "cuda:%d", &opt.Device) // ParseList wrote it so
 		r, err := gpuexec.NewRunner(m, opt)
 		if errors.Is(err, cuda.ErrNoDriver) {
 			return nil, "", fmt.Errorf("-devices %s: %w", spec, err)

@@ -55,3 +55,66 @@ func TestNewRunner(t *testing.T) {
 		}
 	}
 }
+
+func TestParseLists(t *testing.T) {
+	for spec, want := range map[string]string{"": "cpu", "cpu": "cpu", "cuda": "cuda:0", "cuda:1": "cuda:1", "cpu,cuda:0": "cpu cuda:0", "cuda:0,cuda:1": "cuda:0 cuda:1"} {
+		ids, auto, err := Parse(spec)
+		if err != nil || auto || strings.Join(ids, " ") != want {
+			t.Errorf("%q: %v %v %v", spec, ids, auto, err)
+		}
+	}
+	if _, auto, err := Parse("auto"); !auto || err != nil {
+		t.Errorf("auto: %v %v", auto, err)
+	}
+	for _, bad := range []string{"tpu", "cpu,,cuda:0", "cuda:x"} {
+		if _, _, err := Parse(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// A list of devices runs the model as a runtime/sched pipeline.
+func TestNewRunnerSplit(t *testing.T) {
+	src, err := weights.Open("../../testdata/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	m, err := exec.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := exec.Options{Threads: 1, Context: 32, MaxBatch: 4}
+	one, _, err := NewRunner(m, "cpu", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	split, name, err := NewRunner(m, "cpu,cpu", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer split.Close()
+	if !strings.HasPrefix(name, "split cpu[0-") {
+		t.Errorf("backend %q", name)
+	}
+	toks := []int32{1, 403, 407, 261, 378, 286, 310}
+	a, err := one.Forward(toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := split.Forward(toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("logit %d: split %v, one device %v", i, b[i], a[i])
+		}
+	}
+	if cuda.Load() != nil {
+		if _, _, err := NewRunner(m, "cpu,cuda:0", opt); !errors.Is(err, cuda.ErrNoDriver) {
+			t.Errorf("cpu,cuda:0 without a driver: %v", err)
+		}
+	}
+}

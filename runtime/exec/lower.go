@@ -18,7 +18,7 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 	cols := n.Cols
 	in := func(k int) ([]float32, int) { return r.bufs[n.In[k]], g.Nodes[n.In[k]].Cols }
 	switch n.Op {
-	case dsl.OpTokens:
+	case dsl.OpTokens, dsl.OpRows: // inputs: StageStep fills a stage's rows
 		return func() {}, nil
 	case dsl.OpEmbed:
 		w := &r.m.Weights[n.Weight]
@@ -37,8 +37,16 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 		a, _ := in(0)
 		b, _ := in(1)
 		add := n.Op == dsl.OpAdd
+		f := elemNative.Add // kernels/amd64/elem, same bits; nil if none
+		if !add {
+			f = elemNative.Mul
+		}
 		rows := func(lo, hi int) {
 			y, a, b := y[lo*cols:hi*cols], a[lo*cols:hi*cols], b[lo*cols:hi*cols]
+			if f != nil {
+				f(a, b, y)
+				return
+			}
 			if add {
 				for i := range y {
 					y[i] = a[i] + b[i]
@@ -54,6 +62,10 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 		a, _ := in(0)
 		f := n.F
 		return func() {
+			if sc := elemNative.Scale; sc != nil {
+				sc(a[:r.nRows*cols], f, nil, y[:r.nRows*cols])
+				return
+			}
 			for i := 0; i < r.nRows*cols; i++ {
 				y[i] = a[i] * f
 			}
@@ -74,7 +86,7 @@ func (r *Runner) lower(id int, n *dsl.Node) (func(), error) {
 			const c = 0.7978845608028654 // sqrt(2/π)
 			for i := 0; i < r.nRows*cols; i++ {
 				x := float64(a[i])
-				y[i] = float32(0.5 * x * (1 + math.Tanh(c*(x+0.044715*x*x*x))))
+				y[i] = float32(0.5 * x * (1 + math.Tanh(float64(c*(x+float64(0.044715*x*x*x))))))
 			}
 		}, nil
 	case dsl.OpSoftmax:
@@ -131,10 +143,13 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 	rms := n.Op == dsl.OpRMSNorm
 	if rms && b == nil {
 		// The kernels written in dsl/kernel (kernels/ops), rendered to Go.
+		sc := elemNative.Scale // the last loop native where registered, same bits
 		rows := func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				x, o := a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
-				if w != nil {
+				if sc != nil {
+					rmsNormNative(sc, x, w, o, eps)
+				} else if w != nil {
 					cpugen.RMSNorm(x, w, o, eps)
 				} else {
 					cpugen.RMSNormNoWeight(x, o, eps)

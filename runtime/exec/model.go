@@ -96,8 +96,14 @@ func sameShape(a, b []int64) bool {
 	return true
 }
 
-// VocabSize is the width of the logits output.
-func (m *Model) VocabSize() int { return m.Graph.Nodes[m.Graph.Outputs["logits"]].Cols }
+// VocabSize is the width of the logits output (0 for a stage without one).
+func (m *Model) VocabSize() int {
+	id, ok := m.Graph.Outputs["logits"]
+	if !ok {
+		return 0
+	}
+	return m.Graph.Nodes[id].Cols
+}
 
 // ContextLength is the trained context, from {arch}.context_length (0 when absent).
 func (m *Model) ContextLength() int {

@@ -15,6 +15,7 @@ type Options struct {
 	Context   int  // KV cache positions; 0 = the model's trained context, capped at 4096
 	LogitsAll bool // return logits for every row of a step, not only the last
 	Sequences int  // independent sequences sharing the planned kernels, each with its own KV slot; 0 = 1
+	Device    int  // the CUDA device ordinal runtime/gpuexec opens; the CPU runner ignores it
 
 	// Tune chooses the matmuls' block sizes and worker counts by measuring
 	// candidates on each shape's first use (runtime/tune); Off runs the

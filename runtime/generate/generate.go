@@ -125,7 +125,8 @@ func (m *Model) NewSession(opt exec.Options) (*Session, error) {
 }
 
 // NewSessionOn plans the model for one sequence on the device a -devices
-// value names (cpu, cuda, cuda:0, auto).
+// value names (cpu, cuda, cuda:N, auto, or a list that runtime/sched
+// splits the model over).
 func (m *Model) NewSessionOn(device string, opt exec.Options) (*Session, error) {
 	r, _, err := devices.NewRunner(m.Exec, device, opt)
 	if err != nil {

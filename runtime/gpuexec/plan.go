@@ -55,6 +55,9 @@ type plan struct {
 	rows     int // prefill rows (1: no prefill plan)
 	kvRows   int // cache rows: context plus the padding of a last chunk
 	embRows  int // rows of the embedding matrix (the token ids accepted)
+
+	hidden        bool // a stage graph ending in hidden rows (stage.go), not logits
+	input, pinput view // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
 }
 
 // The step buffer's views: [last row, position] and the tokens.
@@ -94,7 +97,10 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2 + rows})
 	id, ok := g.Outputs["logits"]
 	if !ok {
-		return nil, fmt.Errorf("the graph has no logits output")
+		if id, ok = g.Outputs[dsl.StageOutput]; !ok {
+			return nil, fmt.Errorf("the graph has no logits output")
+		}
+		p.hidden, p.vocab = true, g.Nodes[id].Cols // one row's download
 	}
 
 	weights := map[int]int{} // weight index -> raw allocation
@@ -157,6 +163,12 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 			in := func(j int) view { return out[n.In[j]] }
 			switch n.Op {
 			case dsl.OpTokens:
+			case dsl.OpRows: // filled by StageStep
+				if rows > 1 {
+					p.pinput = out[i]
+				} else {
+					p.input = out[i]
+				}
 			case dsl.OpEmbed:
 				w := &m.Weights[n.Weight]
 				p.embRows = int(w.Dims[1])
@@ -176,7 +188,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 			case dsl.OpMatMul:
 				w := &m.Weights[n.Weight]
 				x, y, xr := in(0), out[i], rows
-				if rows > 1 && i == id {
+				if rows > 1 && i == id && !p.hidden {
 					// only the last real row's logits: that row alone
 					cols := x.n / rows
 					lr := p.add(alloc{name: "last row", kind: kernel.F32, n: cols})
@@ -315,7 +327,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 				if scores < 0 { // one pair's scores a head, shared by every layer's attention
 					scores = p.add(alloc{name: "attention scores", kind: kernel.F32})
 				}
-				ns := a.Heads * rows * p.kvRows
+				ns := 2 * a.Heads * rows * p.kvRows // scores and the softmax factors (AttentionWarp2)
 				p.allocs[scores].n = max(p.allocs[scores].n, ns)
 				p.call(i, cached("AttentionWarp2", ops.AttentionWarp2), in(0), whole(kc, p), whole(vc, p), out[i], stepAll(p),
 					view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, a.Scale)
@@ -325,6 +337,9 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 			if out[i].n > 0 && out[i].a == last.x.a { // a node wrote where the rounded activation came from
 				last.rk = nil
 			}
+		}
+		if p.hidden { // every row goes on to the next stage
+			return out[id], nil
 		}
 		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
 	}
@@ -369,5 +384,5 @@ func Kernels(m *exec.Model) ([]*kernel.Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.kernelList(), nil
+	return append(p.kernelList(), ops.ArgMaxCTA()), nil // the runner's ForwardGreedy adds the argmax
 }

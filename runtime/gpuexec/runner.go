@@ -7,6 +7,7 @@ import (
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
 )
@@ -29,8 +30,18 @@ type Runner struct {
 	capErr  error // why capture failed, if it did
 
 	pos      int
-	stepHost []byte
+	stepHost []byte // the step bytes, in pinned
+	pinned   []*cuda.HostBuffer
+	hostLog  []float32 // one row's logits, page-locked: the download's target
 	logits   []float32 // the last row's logits (all rows' with LogitsAll)
+	stage    *stageIO  // a stage's page-locked rows in and out (stage.go)
+
+	// ForwardGreedy: the argmax of the one-row and the prefill step's
+	// logits into a 4-byte device buffer, and its page-locked copy
+	argmax  [2]*call
+	amBuf   int  // the result's index in bufs
+	greedy  bool // the step in flight ends with the argmax, not the logits
+	hostTok []int32
 }
 
 // call is one planned launch bound to device memory.
@@ -44,7 +55,7 @@ type call struct {
 // changes a result, docs/ptx.md).
 const threadsPerBlock = 128
 
-// NewRunner plans m's graph on CUDA device 0: the kernels are rendered to
+// NewRunner plans m's graph on CUDA device opt.Device (0 first): the kernels are rendered to
 // PTX for the device's compute capability and loaded as one module, the
 // weights the kernels read are uploaded once in their stored layout and the
 // KV caches allocated for opt.Context positions (0: the model's trained
@@ -70,11 +81,11 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
-	c, err := cuda.Open(0)
+	c, err := cuda.Open(opt.Device)
 	if err != nil {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
-	r := &Runner{m: m, opt: opt, p: p, c: c, stepHost: make([]byte, 4*(2+p.rows))}
+	r := &Runner{m: m, opt: opt, p: p, c: c}
 	if err := r.bind(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
@@ -85,7 +96,8 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 func (r *Runner) bind() error {
 	p := r.p
 	tg := ptx.ForDevice(r.c.Device.Major, r.c.Device.Minor)
-	ks := p.kernelList()
+	am := ops.ArgMaxCTA()
+	ks := append(p.kernelList(), am)
 	src, err := ptx.Module(ks, tg)
 	if err != nil {
 		return err
@@ -127,7 +139,51 @@ func (r *Runner) bind() error {
 	if r.opt.LogitsAll {
 		rows = r.opt.Context
 	}
-	r.logits = make([]float32, rows*p.vocab)
+	// Page-locked step bytes and logits: a copy from or to pageable
+	// memory is staged by the driver through its own pinned buffer, a
+	// second host copy and a slower DMA on every token.
+	sh, err := r.c.AllocHost(uint64(4 * (2 + p.rows)))
+	if err != nil {
+		return err
+	}
+	r.pinned = append(r.pinned, sh)
+	r.stepHost = sh.Bytes()
+	lh, err := r.c.AllocHost(uint64(4 * p.vocab))
+	if err != nil {
+		return err
+	}
+	r.pinned = append(r.pinned, lh)
+	r.hostLog = unsafe.Slice((*float32)(unsafe.Pointer(&lh.Bytes()[0])), p.vocab)
+	if rows == 1 {
+		r.logits = r.hostLog // no copy: Forward returns the pinned row
+	} else {
+		r.logits = make([]float32, rows*p.vocab)
+	}
+	// the device argmax for ForwardGreedy: its result buffer sits past the
+	// plan's allocations
+	tb, err := r.c.Alloc(4)
+	if err != nil {
+		return err
+	}
+	r.amBuf = len(r.bufs)
+	r.bufs = append(r.bufs, tb)
+	th, err := r.c.AllocHost(4)
+	if err != nil {
+		return err
+	}
+	r.pinned = append(r.pinned, th)
+	r.hostTok = unsafe.Slice((*int32)(unsafe.Pointer(&th.Bytes()[0])), 1)
+	res := view{r.amBuf, 0, 1}
+	for i, lv := range []view{p.logits, p.plogits} {
+		if lv.n == 0 {
+			continue
+		}
+		cs, err := r.bindCalls([]launch{{k: am, args: []any{lv, res}}}, tg, fns)
+		if err != nil {
+			return err
+		}
+		r.argmax[i] = &cs[0]
+	}
 	return nil
 }
 
@@ -184,6 +240,9 @@ func (r *Runner) Close() {
 	}
 	for _, b := range r.bufs {
 		b.Free()
+	}
+	for _, h := range r.pinned {
+		h.Free()
 	}
 	if r.mod != nil {
 		r.mod.Unload()
@@ -269,6 +328,25 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 	return r.logits[:v], nil
 }
 
+// ForwardGreedy is Forward returning the argmax of the last token's
+// logits (the first index of the largest, as greedy sampling takes it),
+// computed on the device: the step returns 4 bytes instead of the
+// vocabulary's logits. Not with LogitsAll.
+func (r *Runner) ForwardGreedy(tokens []int32) (int32, error) {
+	if r.opt.LogitsAll {
+		return 0, fmt.Errorf("forward greedy: the runner keeps every row's logits (LogitsAll)")
+	}
+	if r.p.hidden {
+		return 0, fmt.Errorf("forward greedy: this stage ends in hidden rows, not logits")
+	}
+	r.greedy = true
+	defer func() { r.greedy = false }()
+	if _, err := r.Forward(tokens); err != nil {
+		return 0, err
+	}
+	return r.hostTok[0], nil
+}
+
 // step runs one token at r.pos; with keep it downloads the logits into out.
 func (r *Runner) step(tok int32, out []float32, keep bool) error {
 	binary.LittleEndian.PutUint32(r.stepHost[0:], 0)
@@ -286,14 +364,39 @@ func (r *Runner) step(tok int32, out []float32, keep bool) error {
 }
 
 // finish waits for the step; with keep it first downloads the logits
-// (view v, from the start of its allocation) into out, which a download
-// into pageable memory waits for.
+// (view v, from the start of its allocation) into the page-locked row and
+// copies them to out unless out is that row.
 func (r *Runner) finish(v view, out []float32, keep bool) error {
-	if !keep {
+	if keep && r.greedy {
+		c := r.argmax[0]
+		if v != r.p.logits {
+			c = r.argmax[1]
+		}
+		if c == nil {
+			return fmt.Errorf("no device argmax for this step")
+		}
+		if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+			return err
+		}
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&r.hostTok[0])), 4)
+		if err := r.bufs[r.amBuf].DownloadAsync(b, r.s); err != nil {
+			return err
+		}
 		return r.s.Synchronize()
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
-	return r.bufs[v.a].DownloadAsync(b[:4*v.n], r.s)
+	if keep {
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&r.hostLog[0])), 4*len(r.hostLog))
+		if err := r.bufs[v.a].DownloadAsync(b[:4*v.n], r.s); err != nil {
+			return err
+		}
+	}
+	if err := r.s.Synchronize(); err != nil {
+		return err
+	}
+	if keep && &out[0] != &r.hostLog[0] {
+		copy(out, r.hostLog[:v.n])
+	}
+	return nil
 }
 
 // prefillStep runs the rows of toks (at most p.rows) at r.pos as one step,
