@@ -42,3 +42,30 @@ func TestFMA32RoundsOnce(t *testing.T) {
 		}
 	}
 }
+
+// ExpfAVX512 builds its final power of two from bits; that equals
+// _mm512_scalef_ps's j·2^n computed by math.Ldexp.
+func TestExpfAVX512ScaleMatchesLdexp(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 1<<20; i++ {
+		x := math.Float32frombits(r.Uint32())
+		if i%2 == 0 {
+			x = float32(r.NormFloat64() * 60)
+		}
+		got := ExpfAVX512(x)
+		// The same steps with math.Ldexp for the scaling.
+		const rr = float32(0x1.8p23)
+		z := fma32(x, 0x1.715476p+0, rr)
+		n := z - rr
+		b := fma32(-n, 0x1.7f7d1cp-20, fma32(-n, 0x1.62e4p-1, x))
+		u := float32(b * b)
+		j := fma32(fma32(fma32(0x1.0e4020p-7, b, 0x1.573e2ep-5), u, fma32(0x1.555e66p-3, b, 0x1.fffdb6p-2)), u, fma32(0x1.ffffecp-1, b, 1))
+		want := float32(math.Ldexp(float64(j), int(n)))
+		if abs32(n) > 192 {
+			continue // saturated before the scaling
+		}
+		if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+			t.Fatalf("ExpfAVX512(%g) = %g, Ldexp form %g", x, got, want)
+		}
+	}
+}
