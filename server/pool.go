@@ -252,7 +252,7 @@ func (p *pool) fromHot(sess *generate.Session, ids []int32) {
 	own := sess.CommonPrefix(ids)
 	best, n := -1, own
 	for i, h := range p.hot {
-		if k := commonPrefix(h.Tokens, ids); k > n {
+		if k := h.CommonPrefix(ids); k > n {
 			best, n = i, k
 		}
 	}
@@ -282,7 +282,7 @@ func (p *pool) noteHot(sess *generate.Session, ids []int32, reused int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, h := range p.hot {
-		if commonPrefix(h.Tokens, ids[:reused]) == reused {
+		if h.CommonPrefix(ids[:reused]) == reused {
 			copy(p.hot[1:i+1], p.hot[:i])
 			p.hot[0] = h
 			return
@@ -301,16 +301,6 @@ func (p *pool) noteHot(sess *generate.Session, ids []int32, reused int) {
 		p.hotBytes -= last.Bytes()
 	}
 	p.reportKV()
-}
-
-func commonPrefix(a, b []int32) int {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
 }
 
 // reportKV updates the KV gauges; p.mu is held.

@@ -146,5 +146,8 @@ func (s *Session) CopyPrefix(src *Session, n int) error {
 // CommonPrefix is how many leading tokens of ids the session's cache holds.
 func (s *Session) CommonPrefix(ids []int32) int { return commonPrefix(s.st.hist, ids) }
 
+// CommonPrefix is how many leading tokens of ids the snapshot holds.
+func (s *Snapshot) CommonPrefix(ids []int32) int { return commonPrefix(s.Tokens, ids) }
+
 // CachedLen is the number of positions the session's cache holds.
 func (s *Session) CachedLen() int { return len(s.st.hist) }
