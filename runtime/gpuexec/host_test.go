@@ -1,14 +1,12 @@
 package gpuexec
 
 import (
-	"os"
 	"sort"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/jitllm/jitllm/runtime/exec"
-	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 // TestGPUStepHostTime logs where a decode token's wall time goes outside
@@ -18,19 +16,7 @@ import (
 // logits (greedy sampling). On GPUEXEC_PROFILE_MODEL or tiny256-Q4_K_M.
 func TestGPUStepHostTime(t *testing.T) {
 	needGPU(t)
-	var m *exec.Model
-	if path := os.Getenv("GPUEXEC_PROFILE_MODEL"); path != "" {
-		src, err := weights.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { src.Close() })
-		if m, err = exec.Load(src); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		m = loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
-	}
+	m := profileModel(t)
 	r := gpuRunner(t, m, exec.Options{Context: 512})
 	logits, err := r.Forward([]int32{1, 2, 3, 4, 5, 6, 7, 8})
 	if err != nil {

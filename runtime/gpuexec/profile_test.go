@@ -24,19 +24,7 @@ import (
 // path) or synthetic/tiny256-Q4_K_M.gguf, after a 64-token prompt.
 func TestGPUKernelTimes(t *testing.T) {
 	needGPU(t)
-	var m *exec.Model
-	if path := os.Getenv("GPUEXEC_PROFILE_MODEL"); path != "" {
-		src, err := weights.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { src.Close() })
-		if m, err = exec.Load(src); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		m = loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
-	}
+	m := profileModel(t)
 	r := gpuRunner(t, m, exec.Options{Context: 1024})
 	r.SetGraphs(false)
 	toks := make([]int32, 64)
@@ -257,4 +245,24 @@ func TestGPUMatMulForms(t *testing.T) {
 		xd.Free()
 		yd.Free()
 	}
+}
+
+// profileModel is the model the profiling tests run: GPUEXEC_PROFILE_MODEL
+// (a GGUF or .jlm path) or synthetic/tiny256-Q4_K_M.gguf.
+func profileModel(t *testing.T) *exec.Model {
+	t.Helper()
+	path := os.Getenv("GPUEXEC_PROFILE_MODEL")
+	if path == "" {
+		return loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	}
+	src, err := weights.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	m, err := exec.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
