@@ -17,7 +17,6 @@ import (
 
 	"github.com/jitllm/jitllm/runtime/bench"
 	"github.com/jitllm/jitllm/runtime/generate"
-	"github.com/jitllm/jitllm/runtime/tune"
 )
 
 // maxPromptsFile bounds what -prompts reads.
@@ -62,25 +61,20 @@ prefill rate, the time to first token and the ratio to S=1, from the best of
 
 // batchConfig parses batch's flags; the model path is returned apart.
 func batchConfig(args []string) (string, string, bench.StreamsConfig, bool, bool, error) {
-	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	var bf benchFlags
+	fs := newBenchFlagSet("batch", &bf)
 	var cfg bench.StreamsConfig
 	streams := fs.String("streams", "1,8", "stream counts")
 	fs.IntVar(&cfg.Prompt, "p", 64, "prompt tokens")
 	fs.IntVar(&cfg.Gen, "n", 64, "generated tokens")
 	fs.IntVar(&cfg.Reps, "r", 2, "runs")
-	fs.IntVar(&cfg.Threads, "threads", 0, "threads")
-	fs.IntVar(&cfg.Threads, "t", 0, "threads")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "prompt seed")
-	cfg.Tune = tune.Quick
-	fs.Var(&cfg.Tune, "tune", "CPU kernel tuning")
 	prompts := fs.String("prompts", "", "prompts file")
-	asJSON := fs.Bool("json", false, "JSON output")
-	verbose := fs.Bool("v", false, "print each run")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return "", "", cfg, false, false, err
 	}
+	cfg.Threads, cfg.Tune = bf.threads, bf.tune
 	if len(pos) != 1 {
 		return "", "", cfg, false, false, fmt.Errorf("batch takes one MODEL, got %d arguments (see jitllm batch -h)", len(pos))
 	}
@@ -93,7 +87,7 @@ func batchConfig(args []string) (string, string, bench.StreamsConfig, bool, bool
 	if err := bench.CheckStreams(cfg); err != nil {
 		return "", "", cfg, false, false, err
 	}
-	return pos[0], *prompts, cfg, *asJSON, *verbose, nil
+	return pos[0], *prompts, cfg, bf.json, bf.verbose, nil
 }
 
 // parseStreams reads "1,8" into distinct counts in 1..bench.MaxStreams.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/jitllm/jitllm/runtime/bench"
 	"github.com/jitllm/jitllm/runtime/exec"
-	"github.com/jitllm/jitllm/runtime/tune"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
@@ -55,25 +54,20 @@ object per test with the same fields.
 }
 
 func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
-	fs := flag.NewFlagSet("speed", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	var bf benchFlags
+	fs := newBenchFlagSet("speed", &bf)
 	var cfg bench.Config
 	fs.IntVar(&cfg.Prompt, "p", 512, "prompt tokens")
 	fs.IntVar(&cfg.Gen, "n", 128, "generated tokens")
 	fs.IntVar(&cfg.Depth, "d", 0, "decode depth")
 	fs.IntVar(&cfg.Reps, "r", 2, "runs")
 	fs.IntVar(&cfg.MaxBatch, "b", 0, "batch")
-	fs.IntVar(&cfg.Threads, "threads", 0, "threads")
-	fs.IntVar(&cfg.Threads, "t", 0, "threads")
-	cfg.Tune = tune.Quick
-	fs.Var(&cfg.Tune, "tune", "CPU kernel tuning")
 	devices := fs.String("devices", "cpu", "backend")
-	asJSON := fs.Bool("json", false, "JSON output")
-	verbose := fs.Bool("v", false, "print each run")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	cfg.Threads, cfg.Tune = bf.threads, bf.tune
 	if len(pos) != 1 {
 		return fmt.Errorf("speed takes one MODEL, got %d arguments (see jitllm speed -h)", len(pos))
 	}
@@ -84,7 +78,7 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	if cfg.Prompt < 0 || cfg.Gen < 0 || cfg.Depth < 0 || cfg.Reps < 1 || cfg.Threads < 0 || cfg.MaxBatch < 0 {
 		return fmt.Errorf("-p, -n, -d, -b and -threads must be ≥ 0 and -r ≥ 1")
 	}
-	if *verbose {
+	if bf.verbose {
 		cfg.Progress = func(test string, run int, tps float64) {
 			fmt.Fprintf(log, "%s run %d: %.2f t/s\n", test, run+1, tps)
 		}
@@ -102,7 +96,7 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if bf.json {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
 		return e.Encode(rep.Rows())

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"flag"
+	"io"
+
+	"github.com/jitllm/jitllm/runtime/tune"
+)
+
+// benchFlags are the flags speed and batch share: worker threads, CPU
+// kernel tuning and the output form.
+type benchFlags struct {
+	threads int
+	tune    tune.Mode
+	json    bool
+	verbose bool
+}
+
+// newBenchFlagSet is a flag set named name with the shared bench flags
+// registered into bf (tuning defaults to quick, as the runner's does).
+func newBenchFlagSet(name string, bf *benchFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&bf.threads, "threads", 0, "threads")
+	fs.IntVar(&bf.threads, "t", 0, "threads")
+	bf.tune = tune.Quick
+	fs.Var(&bf.tune, "tune", "CPU kernel tuning")
+	fs.BoolVar(&bf.json, "json", false, "JSON output")
+	fs.BoolVar(&bf.verbose, "v", false, "print each run")
+	return fs
+}
