@@ -45,8 +45,13 @@ func SiLUF32() *k.Kernel {
 	b.Doc("sets y to x * sigmoid(x).")
 	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
 	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) {
-		v := b.Let("v", x.At(i))
-		b.Store(y, i, v.Div(k.F(1).Add(v.Neg().Exp())))
+		b.Store(y, i, silu(b, x.At(i)))
 	})
 	return b.MustBuild()
+}
+
+// silu is x / (1 + exp(-x)) in f32, x bound once.
+func silu(b *k.Builder, x k.Expr) k.Expr {
+	v := b.Let("v", x)
+	return v.Div(k.F(1).Add(v.Neg().Exp()))
 }

@@ -32,11 +32,36 @@ type warpCut struct {
 	unit             warpUnit
 }
 
-func matVecWarp(name string, c warpCut) *k.Kernel {
+func matVecWarp(name string, c warpCut) *k.Kernel { return matVecWarpForm(name, c, plainStore) }
+
+// warpStore is what a warp mat-vec does with a row's sum as it stores it:
+// the node after a block's projections done without a launch and a round
+// trip of y of its own, in the bits of that node's kernel.
+type warpStore int
+
+const (
+	plainStore    warpStore = iota
+	residualStore           // y[r] = res[r] + sum: AddF32's bits (f32 addition commutes)
+	siluStore               // y[r] = silu(sum): SiLUF32's bits
+)
+
+func matVecWarpForm(name string, c warpCut, st warpStore) *k.Kernel {
 	qk, bytes, units, unit := c.qk, c.bytes, c.units, c.unit
-	b := k.New("MatVecWarp" + name)
-	b.Doc("sets y[r] to row r of the " + name + " matrix w dotted with x, one warp per row.")
-	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+	kname, doc := "MatVecWarp"+name, "sets y[r] to row r of the "+name+" matrix w dotted with x, one warp per row."
+	switch st {
+	case residualStore:
+		kname, doc = "MatVecWarpAdd"+name, "sets y[r] to res[r] plus row r of the "+name+" matrix w dotted with x, one warp per row."
+	case siluStore:
+		kname, doc = "MatVecWarpSiLU"+name, "sets y[r] to the SiLU of row r of the "+name+" matrix w dotted with x, one warp per row."
+	}
+	b := k.New(kname)
+	b.Doc(doc)
+	w, x := b.Buffer("w", k.U8), b.Buffer("x", k.F32)
+	var res *k.Buf
+	if st == residualStore {
+		res = b.Buffer("res", k.F32)
+	}
+	y := b.Buffer("y", k.F32)
 	nb := b.Let("nb", x.Len().Div(qk))
 	rowBytes := b.Let("rowBytes", nb.Mul(bytes))
 	b.ParallelFor("r", 0, y.Len(), func(r k.Expr) {
@@ -48,7 +73,14 @@ func matVecWarp(name string, c warpCut) *k.Kernel {
 			xb := b.View("xb", x, i.Mul(qk), qk)
 			unit(b, wb, s, func(j, v k.Expr) { b.Fold(sum, v.Mul(xb.At(j))) })
 		})
-		b.Store(y, r, sum.Get())
+		switch st {
+		case residualStore:
+			b.Store(y, r, res.At(r).Add(sum.Get()))
+		case siluStore:
+			b.Store(y, r, silu(b, sum.Get()))
+		default:
+			b.Store(y, r, sum.Get())
+		}
 	})
 	warpSched(b, "u")
 	return b.MustBuild()
@@ -149,6 +181,28 @@ func WarpMatVecs() map[string]func() *k.Kernel {
 		"Q4_K": MatVecWarpQ4_K, "Q6_K": MatVecWarpQ6_K, "Q8_0": MatVecWarpQ8_0, "Q4_0": MatVecWarpQ4_0,
 		"F32": MatVecWarpF32, "F16": MatVecWarpF16,
 	}
+}
+
+// quantWarpCuts are the block cuts of the quantized warp kernels by type
+// name (a function: the cuts are package variables set at init).
+func quantWarpCuts() map[string]warpCut {
+	return map[string]warpCut{"Q4_K": cutQ4_K, "Q6_K": cutQ6_K, "Q8_0": cutQ8_0, "Q4_0": cutQ4_0}
+}
+
+// WarpMatVecsAdd are the quantized warp mat-vecs with the residual added
+// (MatVecWarpAdd<type>(w, x, res, y)), by weight type name.
+func WarpMatVecsAdd() map[string]func() *k.Kernel { return warpForms(residualStore) }
+
+// WarpMatVecsSiLU are the quantized warp mat-vecs storing the SiLU of each
+// sum (MatVecWarpSiLU<type>(w, x, y)), by weight type name.
+func WarpMatVecsSiLU() map[string]func() *k.Kernel { return warpForms(siluStore) }
+
+func warpForms(st warpStore) map[string]func() *k.Kernel {
+	out := map[string]func() *k.Kernel{}
+	for name, c := range quantWarpCuts() {
+		out[name] = func() *k.Kernel { return matVecWarpForm(name, c, st) }
+	}
+	return out
 }
 
 // MatVecWarpF32 is MatVecF32 with value i of a row on lane i mod 32:

@@ -22,7 +22,7 @@ const MatMulGroup = 8
 // MatVecWarpNAME), so each row's sum is the mat-vec's bit for bit. The
 // types are WarpMatVecs' quantized ones.
 func MatMulWarp(name string) (*k.Kernel, bool) {
-	c, ok := map[string]warpCut{"Q4_K": cutQ4_K, "Q6_K": cutQ6_K, "Q8_0": cutQ8_0, "Q4_0": cutQ4_0}[name]
+	c, ok := quantWarpCuts()[name]
 	if !ok {
 		return nil, false
 	}

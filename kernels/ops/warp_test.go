@@ -204,3 +204,59 @@ func TestArgMaxCTA(t *testing.T) {
 		}
 	}
 }
+
+// The residual forms equal the mat-vec followed by AddF32, bit for bit.
+func TestMatVecWarpAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const n, rows = 512, 9
+	for name, mk := range ops.WarpMatVecsAdd() {
+		var w []byte
+		for i := 0; i < rows; i++ {
+			w = append(w, opstest.Row(opstest.Type(name), n, nil, r)...)
+		}
+		x, res := opstest.Floats(n, 2, r), opstest.Floats(rows, 3, r)
+		dot, want, got := make([]float32, rows), make([]float32, rows), make([]float32, rows)
+		if err := k.Run(ops.WarpMatVecs()[name](), w, x, dot); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(ops.AddF32(), res, dot, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(mk(), w, x, res, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Errorf("%s row %d: fused %v, mat-vec then add %v", name, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// The SiLU forms equal the mat-vec followed by SiLUF32, bit for bit.
+func TestMatVecWarpSiLU(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 8))
+	const n, rows = 512, 9
+	for name, mk := range ops.WarpMatVecsSiLU() {
+		var w []byte
+		for i := 0; i < rows; i++ {
+			w = append(w, opstest.Row(opstest.Type(name), n, nil, r)...)
+		}
+		x := opstest.Floats(n, 2, r)
+		dot, want, got := make([]float32, rows), make([]float32, rows), make([]float32, rows)
+		if err := k.Run(ops.WarpMatVecs()[name](), w, x, dot); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(ops.SiLUF32(), dot, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(mk(), w, x, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Errorf("%s row %d: fused %v, mat-vec then SiLU %v", name, i, got[i], want[i])
+			}
+		}
+	}
+}

@@ -159,6 +159,8 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 			x  view
 		}
 		seen := map[int]bool{} // blocks with an attention
+		epilogues := matVecEpilogues(g, rows)
+		fused := map[int]bool{} // nodes done by the mat-vec before them
 		for i, n := range g.Nodes {
 			in := func(j int) view { return out[n.In[j]] }
 			switch n.Op {
@@ -241,7 +243,24 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 						mm = cached("MatMulRows"+d.Name, func() *kernel.Kernel { return ops.MatMulRows(d) })
 					}
 				}
+				next, hasNext := epilogues[i]
+				var ek func() *kernel.Kernel
+				switch next.op {
+				case dsl.OpAdd:
+					ek = ops.WarpMatVecsAdd()[w.Type.String()]
+				case dsl.OpSiLU:
+					ek = ops.WarpMatVecsSiLU()[w.Type.String()]
+				}
 				switch {
+				case xr == 1 && hasNext && ek != nil && x.a == scratch:
+					// y is the next node's; the kernel reads only the
+					// weights, the scratch and (an Add) the residual
+					args := []any{whole(raw(n.Weight), p), x}
+					if next.op == dsl.OpAdd {
+						args = append(args, out[next.other])
+					}
+					p.call(i, cached(ek().Name, ek), append(args, out[next.node])...)
+					fused[next.node] = true
 				case xr == 1:
 					p.call(i, k, whole(raw(n.Weight), p), x, y)
 				case mm != nil:
@@ -252,13 +271,17 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 					}
 				}
 			case dsl.OpAdd:
-				p.call(i, cached("AddF32", ops.AddF32), in(0), in(1), out[i])
+				if !fused[i] {
+					p.call(i, cached("AddF32", ops.AddF32), in(0), in(1), out[i])
+				}
 			case dsl.OpMul:
 				p.call(i, cached("MulF32", ops.MulF32), in(0), in(1), out[i])
 			case dsl.OpScale:
 				p.call(i, cached("ScaleF32", ops.ScaleF32), in(0), out[i], n.F)
 			case dsl.OpSiLU:
-				p.call(i, cached("SiLUF32", ops.SiLUF32), in(0), out[i])
+				if !fused[i] {
+					p.call(i, cached("SiLUF32", ops.SiLUF32), in(0), out[i])
+				}
 			case dsl.OpRMSNorm:
 				if n.Weight < 0 {
 					if rows > 1 {
@@ -385,4 +408,47 @@ func Kernels(m *exec.Model) ([]*kernel.Kernel, error) {
 		return nil, err
 	}
 	return append(p.kernelList(), ops.ArgMaxCTA()), nil // the runner's ForwardGreedy adds the argmax
+}
+
+// epilogue is the node right after a mat-vec that the mat-vec can do as
+// it stores (an Add of the residual, a SiLU): node is it, other an Add's
+// input that is not the product.
+type epilogue struct {
+	op          dsl.Op
+	node, other int
+}
+
+// matVecEpilogues finds, for one-row steps, the mat-vecs whose only use is
+// the Add (x + W·a, a block's residual) or SiLU (the gate) right after
+// them: the product then never needs its own buffer, and nothing runs
+// between the two that could have reused the next node's slot.
+func matVecEpilogues(g *dsl.G, rows int) map[int]epilogue {
+	out := map[int]epilogue{}
+	if rows != 1 {
+		return out
+	}
+	uses := make([]int, len(g.Nodes))
+	for _, n := range g.Nodes {
+		for _, j := range n.In {
+			uses[j]++
+		}
+	}
+	for _, o := range g.Outputs {
+		uses[o]++
+	}
+	for i, n := range g.Nodes {
+		if n.Op != dsl.OpMatMul || i+1 >= len(g.Nodes) || uses[i] != 1 {
+			continue
+		}
+		e := &g.Nodes[i+1]
+		switch {
+		case e.Op == dsl.OpSiLU && len(e.In) == 1 && e.In[0] == i:
+			out[i] = epilogue{op: dsl.OpSiLU, node: i + 1}
+		case e.Op == dsl.OpAdd && len(e.In) == 2 && e.In[1] == i && e.In[0] != i:
+			out[i] = epilogue{dsl.OpAdd, i + 1, e.In[0]}
+		case e.Op == dsl.OpAdd && len(e.In) == 2 && e.In[0] == i && e.In[1] != i:
+			out[i] = epilogue{dsl.OpAdd, i + 1, e.In[1]}
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
@@ -253,6 +254,45 @@ func TestPlanMatchesCPU(t *testing.T) {
 			}
 			agree(t, cpu, newHostExec(p), n, tolerance(name))
 		})
+	}
+}
+
+// In one-row steps each block's two residual Adds and its SiLU are done by
+// the mat-vecs before them (MatVecWarpAdd*, MatVecWarpSiLU*): no AddF32 or
+// SiLUF32 launch is left for a quantized llama; prefill steps keep theirs.
+func TestMatVecEpiloguesFused(t *testing.T) {
+	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	p, err := newPlan(m, 64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(ls []launch, prefix string) int {
+		n := 0
+		for _, l := range ls {
+			if strings.HasPrefix(l.k.Name, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	layers := m.Graph.Hyper.Int("block_count")
+	if layers < 1 {
+		t.Fatalf("block_count %d", layers)
+	}
+	if got := count(p.launches, "MatVecWarpAdd"); got != 2*layers {
+		t.Errorf("decode step: %d fused mat-vec adds, want %d (two a block)", got, 2*layers)
+	}
+	if got := count(p.launches, "AddF32"); got != 0 {
+		t.Errorf("decode step: %d AddF32 launches left", got)
+	}
+	if got := count(p.prefill, "AddF32"); got != 2*layers {
+		t.Errorf("prefill step: %d AddF32 launches, want %d", got, 2*layers)
+	}
+	if got := count(p.launches, "MatVecWarpSiLU"); got != layers {
+		t.Errorf("decode step: %d fused mat-vec SiLUs, want %d (one a block)", got, layers)
+	}
+	if got := count(p.launches, "SiLUF32"); got != 0 {
+		t.Errorf("decode step: %d SiLUF32 launches left", got)
 	}
 }
 
