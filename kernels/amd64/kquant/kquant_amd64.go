@@ -27,7 +27,8 @@ var hasVNNI = hasAVX2 && cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid
 type asmDot int
 
 const (
-	q4kDot1AVX2ID asmDot = iota
+	noDot asmDot = iota // a kind's missing small tiles, or the 1×8 Tile a 2×8 replaces
+	q4kDot1AVX2ID
 	q4kDot8AVX2ID
 	q5kDot1AVX2ID
 	q5kDot8AVX2ID
@@ -42,7 +43,6 @@ const (
 	q6kDot1VNNIID
 	q6kDot8VNNIID
 	q4kr8Dot1VNNIID
-	q4kr8Dot8VNNIID
 	q4kDot4VNNIID
 	q5kDot4VNNIID
 	q6kDot4VNNIID
@@ -124,8 +124,6 @@ func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
 		q6kDot8VNNI(nb, w, x, xstride, out)
 	case q4kr8Dot1VNNIID:
 		q4kr8Dot1VNNI(nb, w, x, xstride, out)
-	case q4kr8Dot8VNNIID:
-		q4kr8Dot8VNNI(nb, w, x, xstride, out)
 	case q4kDot4VNNIID:
 		q4kDot4VNNI(nb, w, x, xstride, out)
 	case q5kDot4VNNIID:
@@ -179,7 +177,7 @@ func tile2x8Func(k kind) cpukern.Tile {
 // kind is one order's generated Dot, 1×8 Tile and Rows for one ISA (the zmm ones
 // rank above AVX2: about as fast or faster in the measured cases), and its
 // 1×4 and 1×2 small tiles where generated. tile2x8 replaces the 1×8 Tile
-// with the 2×8 one (q4kr8Tile2x8VNNI).
+// with the 2×8 one (q4kr8Tile2x8VNNI); such a kind has no 1×8 (tile noDot).
 type kind struct {
 	order   string
 	t       quant.Type
@@ -197,14 +195,14 @@ type kind struct {
 
 func kinds() []kind {
 	return []kind{
-		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
-		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
-		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2, 0, 0, false},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVX2ID, q4kDot8AVX2ID, q4kRowsAVX2ID, "avx2", 10, hasAVX2, noDot, noDot, false},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVX2ID, q5kDot8AVX2ID, q5kRowsAVX2ID, "avx2", 10, hasAVX2, noDot, noDot, false},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVX2ID, q6kDot8AVX2ID, q6kRowsAVX2ID, "avx2", 10, hasAVX2, noDot, noDot, false},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVX2ID, q4kr8Dot8AVX2ID, q4kr8RowsAVX2ID, "avx2", 10, hasAVX2, noDot, noDot, false},
 		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1VNNIID, q4kDot8VNNIID, q4kRowsVNNIID, "avx512vnni", 20, hasVNNI, q4kDot4VNNIID, q4kDot2VNNIID, false},
 		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI, q5kDot4VNNIID, q5kDot2VNNIID, false},
 		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI, q6kDot4VNNIID, q6kDot2VNNIID, false},
-		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, q4kr8Dot8VNNIID, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI, q4kr8Dot4VNNIID, q4kr8Dot2VNNIID, true},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, noDot, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI, q4kr8Dot4VNNIID, q4kr8Dot2VNNIID, true},
 	}
 }
 
@@ -213,12 +211,7 @@ func init() {
 		if !k.ok {
 			continue
 		}
-		tile, tw := tileFunc(k, k.tile, tileX), 1
-		if k.tile2x8 {
-			// each activation chunk loaded once for two weight rows: prefill
-			// reads the activations from L2, and the 1×8 is bound by that
-			tile, tw = tile2x8Func(k), 2
-		}
+		tile, tw := prefillTile(k)
 		cpukern.Register(cpukern.Kernel{
 			Order: k.order, Type: k.t, ISA: k.isa, Rank: k.rank,
 			Dot: dotFunc(k), Tile: tile, TileW: tw, TileX: tileX, Rows: rowsFunc(k),
@@ -228,6 +221,16 @@ func init() {
 	if hasAVX2 {
 		cpukern.RegisterQuantizer(cpukern.Quantizer{Type: quant.Q8_K, ISA: "avx2", Rank: 10, Quantize: quantizeQ8K})
 	}
+}
+
+// prefillTile is k's Tile and its weight-row count.
+func prefillTile(k kind) (cpukern.Tile, int) {
+	if k.tile2x8 {
+		// each activation chunk loaded once for two weight rows: prefill
+		// reads the activations from L2, and a 1×8 is bound by that
+		return tile2x8Func(k), 2
+	}
+	return tileFunc(k, k.tile, tileX), 1
 }
 
 // check panics, as the portable code's bounds checks would, on rows too
@@ -256,10 +259,9 @@ func dotFunc(k kind) cpukern.Dot {
 	}
 }
 
-// smallTiles are k's 1×4 and 1×2 tiles, if it has them (0 is the AVX2
-// one-row dot's id, never a small tile's).
+// smallTiles are k's 1×4 and 1×2 tiles, if it has them.
 func smallTiles(k kind) []cpukern.SmallTile {
-	if k.small4 == 0 {
+	if k.small4 == noDot {
 		return nil
 	}
 	return []cpukern.SmallTile{{X: 4, Tile: tileFunc(k, k.small4, 4)}, {X: 2, Tile: tileFunc(k, k.small2, 2)}}

@@ -69,11 +69,6 @@ func q5kDot8VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 //go:noescape
 func q4kr8Dot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 
-// q4kr8Dot8VNNI sets out[r], r < 8, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w with activation row x+r*xstride.
-//
-//go:noescape
-func q4kr8Dot8VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
-
 // q4kr8Tile2x8VNNI sets out[8u+r], u < 2, r < 8, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+u*wstride with activation row x+r*xstride.
 //
 //go:noescape

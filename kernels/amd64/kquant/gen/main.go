@@ -431,11 +431,7 @@ func minsOf(t kq) int {
 // four lanes' integer sum into the scalar summs = fma(-dmin, float, summs).
 func q4kEpilogue(frame Mem, w Register, r rows, mins VecVirtual, sumi []VecVirtual, t kq) {
 	if t.repack && len(sumi) == 8 && !evex {
-		rs := make([]Register, len(sumi))
-		for i, v := range sumi {
-			rs[i] = v
-		}
-		repackEpilogue8(frame, w, r, mins, rs)
+		repackEpilogue8(frame, w, r, mins, sumi)
 		return
 	}
 	if t.repack {
@@ -552,25 +548,19 @@ func repackEpilogue(frame Mem, w Register, r rows, mins VecVirtual, sumi []VecVi
 // rows' block sums reduced together by VPHADDD trees into one vector
 // [t0 … t7] (integers, so any grouping), the mins likewise, and the f32
 // accumulators of the eight rows as one ymm each (frame 0 and 32): the same
-// FMAs lane by lane. In the AVX-512 kernels the VEX-only instructions here
-// work in fixed registers Y0-Y12 (the sums arrive in Y0-Y7, see fold512Low).
-func repackEpilogue8(frame Mem, w Register, r rows, mins VecVirtual, sumi []Register) {
-	vec := func(phys Register) Register {
-		if evex {
-			return phys
-		}
-		return YMM()
-	}
+// FMAs lane by lane. AVX2 only (VEX-only instructions throughout): the zmm
+// prefill tile of this order is repackEpilogue2x8's.
+func repackEpilogue8(frame Mem, w Register, r rows, mins VecVirtual, sumi []VecVirtual) {
 	// block sums: pairs, quads, then the two 128-bit halves
-	var a [4]Register
+	var a [4]VecVirtual
 	for k := range a {
-		a[k] = vec([]Register{Y8, Y9, Y10, Y11}[k])
+		a[k] = YMM()
 		VPHADDD(sumi[2*k+1], sumi[2*k], a[k])
 	}
-	b0, b1 := vec(Y0), vec(Y1)
+	b0, b1 := YMM(), YMM()
 	VPHADDD(a[1], a[0], b0) // rows 0-3 | their upper lanes
 	VPHADDD(a[3], a[2], b1) // rows 4-7
-	lo, t8 := vec(Y2), vec(Y3)
+	lo, t8 := YMM(), YMM()
 	VPERM2I128(U8(0x20), b1, b0, lo)
 	VPERM2I128(U8(0x31), b1, b0, t8)
 	VPADDD(lo, t8, t8) // [t0 … t7]
@@ -579,16 +569,12 @@ func repackEpilogue8(frame Mem, w Register, r rows, mins VecVirtual, sumi []Regi
 	// mins: rows k and k+4 share a ymm through _mm_hadd_epi16 and the madd
 	// (whole-register definitions only: avo would keep a ymm whose xmm half
 	// alone was written live across the loop)
-	md := vec(Y4)
-	if evex {
-		VMOVDQU64(mins, frame.Offset(64))
-	} else {
-		VMOVDQU(mins, frame.Offset(64))
-	}
+	md := YMM()
+	VMOVDQU(mins, frame.Offset(64))
 	VBROADCASTI128(frame.Offset(64), md) // [mins | mins]
-	var q [4]Register
+	var q [4]VecVirtual
 	for k := range q {
-		lo, hi := vec([]Register{Y8, Y9, Y10, Y11}[k]), vec(Y12)
+		lo, hi := YMM(), YMM()
 		VBROADCASTI128(r.at(k, 260), lo)
 		VINSERTI128(U8(1), r.at(k+4, 260), lo, lo)
 		VBROADCASTI128(r.at(k, 276), hi)
@@ -597,17 +583,17 @@ func repackEpilogue8(frame Mem, w Register, r rows, mins VecVirtual, sumi []Regi
 		VPMADDWD(lo, md, lo)
 		q[k] = lo
 	}
-	e0, e1 := vec(Y5), vec(Y6)
+	e0, e1 := YMM(), YMM()
 	VPHADDD(q[1], q[0], e0)
 	VPHADDD(q[3], q[2], e1)
 	VPHADDD(e1, e0, e0) // [m0 … m7]
 	VCVTDQ2PS(e0, e0)
 
 	// the rows' y.d, then d·y.d and dmin·y.d
-	yd := vec(Y7)
+	yd := YMM()
 	VBROADCASTSS(r.at(0, 0), yd)
 	for k := 1; k < 8; k++ {
-		t := vec(Y12)
+		t := YMM()
 		VBROADCASTSS(r.at(k, 0), t)
 		VBLENDPS(U8(1<<k), t, yd, yd)
 	}
@@ -626,18 +612,6 @@ func repackEpilogue8(frame Mem, w Register, r rows, mins VecVirtual, sumi []Regi
 	VMOVUPS(frame.Offset(32), acc)
 	VFMADD231PS(e0, dm, acc)
 	VMOVUPS(acc, frame.Offset(32))
-}
-
-// fold512Low is fold512 into Y0-Y7, for repackEpilogue8's VEX-only steps.
-func fold512Low(z []VecVirtual) []Register {
-	out := make([]Register, len(z))
-	for i, v := range z {
-		hi := YMM()
-		VEXTRACTI64X4(U8(1), v, hi)
-		out[i] = []Register{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}[i]
-		VPADDD(hi, v.AsY(), out[i])
-	}
-	return out
 }
 
 // finish writes out[i] = (0 + hsum_float_8(acc)) plus, for mins 4,
@@ -855,21 +829,13 @@ func q4k512(name string, t kq, x int) {
 				VPDPWSSD(p, sc, sumi[i])
 			}
 		}
-		if t.repack && x == 8 {
-			repackEpilogue8(frame, w, r, mins, fold512Low(sumi))
-		} else {
-			q4kEpilogue(frame, w, r, mins, fold512(sumi), t)
-		}
+		q4kEpilogue(frame, w, r, mins, fold512(sumi), t)
 		ADDQ(U32(t.bytes), w)
 		r.advance()
 		DECQ(nb)
 		JNZ(LabelRef(name + "_blk"))
 	}
 	Label(name + "_done")
-	if t.repack && x == 8 {
-		finish(frame, x, -8)
-		return
-	}
 	finish(frame, x, minsOf(t))
 }
 
@@ -1117,8 +1083,7 @@ func main() {
 	q4k512("q5kDot1VNNI", kQ5, 1)
 	q4k512("q5kDot8VNNI", kQ5, 8)
 	q4k512("q4kr8Dot1VNNI", kQ4r8, 1)
-	q4k512("q4kr8Dot8VNNI", kQ4r8, 8)
-	q4kr8Tile2x8("q4kr8Tile2x8VNNI") // the repack order's prefill tile
+	q4kr8Tile2x8("q4kr8Tile2x8VNNI") // the repack order's prefill tile: no 1×8
 	q6k512("q6kDot1VNNI", 1)
 	q6k512("q6kDot8VNNI", 8)
 	for _, x := range smallX { // cpukern.SmallTile: a few decode streams
