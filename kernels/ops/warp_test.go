@@ -205,57 +205,46 @@ func TestArgMaxCTA(t *testing.T) {
 	}
 }
 
-// The residual forms equal the mat-vec followed by AddF32, bit for bit.
-func TestMatVecWarpAdd(t *testing.T) {
+// The fused-store forms equal the mat-vec followed by the node they
+// replace (AddF32 with the residual, SiLUF32), bit for bit.
+func TestMatVecWarpStores(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	const n, rows = 512, 9
-	for name, mk := range ops.WarpMatVecsAdd() {
-		var w []byte
-		for i := 0; i < rows; i++ {
-			w = append(w, opstest.Row(opstest.Type(name), n, nil, r)...)
-		}
-		x, res := opstest.Floats(n, 2, r), opstest.Floats(rows, 3, r)
-		dot, want, got := make([]float32, rows), make([]float32, rows), make([]float32, rows)
-		if err := k.Run(ops.WarpMatVecs()[name](), w, x, dot); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Run(ops.AddF32(), res, dot, want); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Run(mk(), w, x, res, got); err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Errorf("%s row %d: fused %v, mat-vec then add %v", name, i, got[i], want[i])
-			}
-		}
+	res := opstest.Floats(rows, 3, r)
+	forms := []struct {
+		name  string
+		kerns map[string]func() *k.Kernel
+		next  func(dot, y []float32) error // the separate node
+		args  func(w []byte, x, y []float32) []any
+	}{
+		{"add", ops.WarpMatVecsAdd(),
+			func(dot, y []float32) error { return k.Run(ops.AddF32(), res, dot, y) },
+			func(w []byte, x, y []float32) []any { return []any{w, x, res, y} }},
+		{"silu", ops.WarpMatVecsSiLU(),
+			func(dot, y []float32) error { return k.Run(ops.SiLUF32(), dot, y) },
+			func(w []byte, x, y []float32) []any { return []any{w, x, y} }},
 	}
-}
-
-// The SiLU forms equal the mat-vec followed by SiLUF32, bit for bit.
-func TestMatVecWarpSiLU(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 8))
-	const n, rows = 512, 9
-	for name, mk := range ops.WarpMatVecsSiLU() {
-		var w []byte
-		for i := 0; i < rows; i++ {
-			w = append(w, opstest.Row(opstest.Type(name), n, nil, r)...)
-		}
-		x := opstest.Floats(n, 2, r)
-		dot, want, got := make([]float32, rows), make([]float32, rows), make([]float32, rows)
-		if err := k.Run(ops.WarpMatVecs()[name](), w, x, dot); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Run(ops.SiLUF32(), dot, want); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Run(mk(), w, x, got); err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Errorf("%s row %d: fused %v, mat-vec then SiLU %v", name, i, got[i], want[i])
+	for _, f := range forms {
+		for name, mk := range f.kerns {
+			var w []byte
+			for i := 0; i < rows; i++ {
+				w = append(w, opstest.Row(opstest.Type(name), n, nil, r)...)
+			}
+			x := opstest.Floats(n, 2, r)
+			dot, want, got := make([]float32, rows), make([]float32, rows), make([]float32, rows)
+			if err := k.Run(ops.WarpMatVecs()[name](), w, x, dot); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.next(dot, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Run(mk(), f.args(w, x, got)...); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Errorf("%s %s row %d: fused %v, separate %v", f.name, name, i, got[i], want[i])
+				}
 			}
 		}
 	}

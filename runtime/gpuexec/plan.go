@@ -245,11 +245,12 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 				}
 				next, hasNext := epilogues[i]
 				var ek func() *kernel.Kernel
+				var ename string
 				switch next.op {
 				case dsl.OpAdd:
-					ek = ops.WarpMatVecsAdd()[w.Type.String()]
+					ek, ename = ops.WarpMatVecsAdd()[w.Type.String()], "MatVecWarpAdd"+w.Type.String()
 				case dsl.OpSiLU:
-					ek = ops.WarpMatVecsSiLU()[w.Type.String()]
+					ek, ename = ops.WarpMatVecsSiLU()[w.Type.String()], "MatVecWarpSiLU"+w.Type.String()
 				}
 				switch {
 				case xr == 1 && hasNext && ek != nil && x.a == scratch:
@@ -259,7 +260,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 					if next.op == dsl.OpAdd {
 						args = append(args, out[next.other])
 					}
-					p.call(i, cached(ek().Name, ek), append(args, out[next.node])...)
+					p.call(i, cached(ename, ek), append(args, out[next.node])...)
 					fused[next.node] = true
 				case xr == 1:
 					p.call(i, k, whole(raw(n.Weight), p), x, y)
