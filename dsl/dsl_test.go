@@ -142,3 +142,32 @@ func TestPlanBuffers(t *testing.T) {
 		t.Fatalf("plan %+v", p)
 	}
 }
+
+// A grouped norm records its width (none when the group is the row) and
+// refuses groups that do not tile the row or a weight of another width.
+func TestRMSNormGroups(t *testing.T) {
+	build := func(width, wdim int) (*dsl.G, error) {
+		f := &dsl.Family{Name: "grp", Architectures: []string{"grp"}, Build: func(g *dsl.G) {
+			e := g.W("token_embd.weight", "", dsl.Shape(12, 4))
+			x := g.RMSNormGroups(g.Embed(e, g.Tokens()), g.W("norm.weight", "", dsl.Shape(wdim)), 1e-6, width)
+			g.Output("logits", g.MatMul(e, x))
+		}}
+		return dsl.Trace(f)
+	}
+	g, err := build(4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := g.Nodes[2]; n.Op != dsl.OpRMSNorm || n.K != 4 || n.Group() != 4 || n.Cols != 12 {
+		t.Errorf("grouped norm node %+v (group %d)", n, n.Group())
+	}
+	if g, err = build(12, 12); err != nil || g.Nodes[2].K != 0 || g.Nodes[2].Group() != 12 {
+		t.Errorf("a group of the whole row: %v, K %d", err, g.Nodes[2].K)
+	}
+	if _, err := build(5, 5); err == nil || !strings.Contains(err.Error(), "do not tile") {
+		t.Errorf("groups of 5 in 12: %v", err)
+	}
+	if _, err := build(4, 12); err == nil || !strings.Contains(err.Error(), "groups are 4") {
+		t.Errorf("weight of the row's width: %v", err)
+	}
+}

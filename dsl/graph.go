@@ -23,7 +23,7 @@ const (
 	OpScale               // a * F
 	OpSiLU                // x * sigmoid(x)
 	OpGELU                // tanh-approximated GELU
-	OpRMSNorm             // x / sqrt(mean(x²) + F) · weight (weight optional)
+	OpRMSNorm             // x / sqrt(mean(x²) + F) · weight (weight optional), over groups of K values (K 0: the row)
 	OpLayerNorm           // (x - mean) / sqrt(var + F) · weight + bias
 	OpRoPE                // rotary position embedding per head
 	OpAttention           // causal attention of q over this layer's KV cache after appending k, v
@@ -80,7 +80,7 @@ type Node struct {
 	F      float32
 	Rope   RopeParams
 	Attn   AttnParams
-	K      int
+	K      int // top_k: how many; rms_norm: group width (0 = the whole row)
 }
 
 // RopeParams configure OpRoPE.
@@ -234,6 +234,36 @@ func (g *G) RMSNorm(x T, w *Weight, eps float32) T {
 		n.Weight, n.Layer = w.Index, w.Layer
 	}
 	return g.add(n)
+}
+
+// RMSNormGroups normalizes each width-wide group of each row on its own
+// (per-head q/k norm: qwen3, gemma3), scaling every group by the same w of
+// width values (if not nil).
+func (g *G) RMSNormGroups(x T, w *Weight, eps float32, width int) T {
+	if width <= 0 || x.Cols()%width != 0 {
+		g.fail("rms_norm: groups of %d do not tile rows of %d", width, x.Cols())
+		return x
+	}
+	n := nd(OpRMSNorm, x.Cols(), x)
+	n.F, n.Layer, n.K = eps, g.layerOf(x), width
+	if width == x.Cols() {
+		n.K = 0
+	}
+	if w != nil {
+		if int(w.Dims[0]) != width {
+			g.fail("rms_norm %s: weight is %d wide, groups are %d", w.GGUF, w.Dims[0], width)
+		}
+		n.Weight, n.Layer = w.Index, w.Layer
+	}
+	return g.add(n)
+}
+
+// Group is the width of the norm's groups: K, or the whole row.
+func (n *Node) Group() int {
+	if n.Op == OpRMSNorm && n.K > 0 {
+		return n.K
+	}
+	return n.Cols
 }
 
 // LayerNorm normalizes each row to zero mean and unit variance, then applies w and b (each optional).

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/runtime/synth"
 )
 
 // TestSpeedJSON checks speed -json's schema on stories260K: one object per
@@ -114,13 +118,23 @@ func TestSynthCommand(t *testing.T) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
 	}
-	// qwen3 has no graph yet: the file is written, with a note.
+	// Every preset runs: qwen3 too (per-head q/k norms).
 	buf.Reset()
 	q := filepath.Join(t.TempDir(), "q.gguf")
 	if err := runSynth(context.Background(), &buf, []string{"--like", "qwen3-0.6b", "--type", "q8_0", "--layers", "1", "-o", q}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), `no graph for architecture "qwen3"`) {
-		t.Errorf("qwen3 output:\n%s", buf.String())
+	buf.Reset()
+	if err := runSpeed(context.Background(), &buf, &log, []string{q, "-p", "4", "-n", "2", "-r", "1", "-json"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"model": "qwen3 0.6B Q8_0"`) {
+		t.Errorf("speed on the qwen3 file:\n%s", buf.String())
+	}
+	for _, like := range synth.Presets() {
+		s, _ := synth.Like(like)
+		if !slices.Contains(dsl.Architectures(), s.Arch) {
+			t.Errorf("preset %s is architecture %q, which has no graph (have %v)", like, s.Arch, dsl.Architectures())
+		}
 	}
 }

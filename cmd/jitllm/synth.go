@@ -8,13 +8,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/runtime/bench"
 	"github.com/jitllm/jitllm/runtime/synth"
 )
@@ -107,10 +105,6 @@ func runSynth(ctx context.Context, w io.Writer, args []string) error {
 	}
 	fmt.Fprintf(w, "wrote %s: %s %s %s, %d tensors, %s params, %s, in %.1fs\n", sum.Path, shape.Name, ft,
 		layersNote(*layers, shape.Layers), sum.Tensors, bench.FormatCount(sum.Params, " "), bench.FormatSize(sum.Bytes), time.Since(start).Seconds())
-	if !slices.Contains(dsl.Architectures(), shape.Arch) {
-		fmt.Fprintf(w, "note: this build has no graph for architecture %q (it has %s): llama.cpp can load the file; jitllm cannot run it until a %s family exists in graphs/\n",
-			shape.Arch, strings.Join(dsl.Architectures(), ", "), shape.Arch)
-	}
 	return nil
 }
 

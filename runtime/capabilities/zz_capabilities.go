@@ -200,6 +200,13 @@ var generated = Table{
 		Models:        "Llama 2, Llama 3/3.1/3.2, TinyLlama, Mistral (dense), TinyStories",
 		Name:          "llama",
 		Ops:           []string{"add", "attention", "embed", "matmul", "mul", "rms_norm", "rope", "silu", "tokens"},
+	}, Family{
+		Architectures: []string{"qwen3"},
+		Backends:      []string{"cpu", "cuda"},
+		Hyper:         []string{"{arch}.embedding_length", "{arch}.block_count", "{arch}.attention.head_count", "{arch}.attention.head_count_kv", "{arch}.feed_forward_length", "{arch}.attention.key_length", "{arch}.attention.layer_norm_rms_epsilon", "{arch}.vocab_size", "{arch}.rope.dimension_count", "{arch}.rope.freq_base", "{arch}.rope.scaling.factor"},
+		Models:        "Qwen3 (dense: 0.6B to 32B)",
+		Name:          "qwen3",
+		Ops:           []string{"add", "attention", "embed", "matmul", "mul", "rms_norm", "rope", "silu", "tokens"},
 	}},
 	Ops:    []string{"tokens", "embed", "matmul", "add", "mul", "scale", "silu", "gelu", "rms_norm", "layer_norm", "rope", "attention", "softmax", "top_k", "rows"},
 	Schema: 1,

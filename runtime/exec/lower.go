@@ -129,7 +129,10 @@ func (r *Runner) vector(wi int) ([]float32, error) {
 
 func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 	a := r.bufs[n.In[0]]
-	cols := n.Cols
+	// A grouped norm (per head) is the same norm over rows of the group's
+	// width: the groups of a row are contiguous and share the weight.
+	cols := n.Group()
+	nRows := func() int { return r.nRows * (n.Cols / cols) }
 	y := r.bufs[id]
 	w, err := r.vector(n.Weight)
 	if err != nil {
@@ -156,10 +159,10 @@ func (r *Runner) lowerNorm(id int, n *dsl.Node) (func(), error) {
 				}
 			}
 		}
-		return func() { r.rowsRun(r.nRows, 2*cols, rows) }, nil
+		return func() { r.rowsRun(nRows(), 2*cols, rows) }, nil
 	}
 	return func() {
-		for i := 0; i < r.nRows; i++ {
+		for i := 0; i < nRows(); i++ {
 			x, o := a[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
 			if rms {
 				cpugen.RMSNormNoWeight(x, o, eps)

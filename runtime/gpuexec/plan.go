@@ -284,9 +284,11 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 					p.call(i, cached("SiLUF32", ops.SiLUF32), in(0), out[i])
 				}
 			case dsl.OpRMSNorm:
+				// Groups (per-head norms) are rows of the group's width.
+				perRow := rows > 1 || n.Group() != n.Cols
 				if n.Weight < 0 {
-					if rows > 1 {
-						p.call(i, cached("RMSNormRowsNoWeight", func() *kernel.Kernel { return ops.RMSNormRows(false) }), in(0), out[i], n.F, n.Cols)
+					if perRow {
+						p.call(i, cached("RMSNormRowsNoWeight", func() *kernel.Kernel { return ops.RMSNormRows(false) }), in(0), out[i], n.F, n.Group())
 					} else {
 						p.call(i, cached("RMSNormNoWeight", func() *kernel.Kernel { return ops.RMSNormCTA(false) }), in(0), out[i], n.F)
 					}
@@ -296,8 +298,8 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 				if err != nil {
 					return view{}, err
 				}
-				if rows > 1 {
-					p.call(i, cached("RMSNormRows", func() *kernel.Kernel { return ops.RMSNormRows(true) }), in(0), whole(wv, p), out[i], n.F, n.Cols)
+				if perRow {
+					p.call(i, cached("RMSNormRows", func() *kernel.Kernel { return ops.RMSNormRows(true) }), in(0), whole(wv, p), out[i], n.F, n.Group())
 				} else {
 					p.call(i, cached("RMSNorm", func() *kernel.Kernel { return ops.RMSNormCTA(true) }), in(0), whole(wv, p), out[i], n.F)
 				}

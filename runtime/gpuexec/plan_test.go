@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/synth"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
@@ -28,6 +30,37 @@ var models = []string{
 	"synthetic/tiny256-Q4_K_M.gguf",
 	"synthetic/tiny256-Q6_K.gguf",
 	"llama-2-tiny-random.gguf",
+	"synth:qwen3-0.6b/Q8_0", // per-head q/k norms, NEOX rotation, head width ≠ embd/heads
+}
+
+// synthShapes are the architectures testdata holds no file of: loadModel
+// writes a 2-block model of the preset's kind at these sizes (synth is
+// deterministic, so every run sees the same weights).
+var synthShapes = map[string]func(*synth.Shape){
+	"qwen3-0.6b": func(s *synth.Shape) { s.Vocab, s.Embd, s.Heads, s.KVHeads, s.HeadDim, s.FF = 512, 128, 4, 2, 64, 256 },
+}
+
+// synthModel writes the model "preset/TYPE" names (see synthShapes).
+func synthModel(t testing.TB, spec string) string {
+	like, typ, _ := strings.Cut(spec, "/")
+	s, err := synth.Like(like)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resize, ok := synthShapes[like]
+	if !ok {
+		t.Fatalf("no test size for %s", like)
+	}
+	resize(&s)
+	ft, err := synth.ParseFileType(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), like+"-"+typ+".gguf")
+	if _, err := synth.Write(context.Background(), path, synth.Options{Shape: s, Type: ft, Seed: 5, Layers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // prompt is the fixed prompt of the generation tests (ids valid in every model).
@@ -35,7 +68,11 @@ var prompt = []int32{1, 403, 407, 261, 378, 432, 383}
 
 func loadModel(t testing.TB, name string) *exec.Model {
 	t.Helper()
-	src, err := weights.Open(filepath.Join(testdata, name))
+	path := filepath.Join(testdata, name)
+	if spec, ok := strings.CutPrefix(name, "synth:"); ok {
+		path = synthModel(t, spec)
+	}
+	src, err := weights.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
