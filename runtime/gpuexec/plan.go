@@ -88,6 +88,11 @@ func blockOf(t quant.Type) (ops.BlockDecode, bool) {
 	return ops.BlockDecode{}, false
 }
 
+// splitAttentionRows is the most rows a step attends with AttentionSplit:
+// decode steps and small batches, whose few (row, head) pairs would leave
+// the GPU idle a warp each; prefill steps have pairs enough.
+const splitAttentionRows = 8
+
 // newPlan lowers m's graph for one row per step and, for rows > 1, for
 // prefill steps of rows rows, with a KV cache of context positions.
 func newPlan(m *exec.Model, context, rows int) (*plan, error) {
@@ -129,6 +134,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 	freqAllocs := map[int]int{}
 	scratch := -1 // activations rounded to a matmul's partner type
 	scores := -1  // attention scores
+	parts := -1   // split attention's pieces
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -352,6 +358,20 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 				p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
 				if scores < 0 { // one pair's scores a head, shared by every layer's attention
 					scores = p.add(alloc{name: "attention scores", kind: kernel.F32})
+				}
+				if rows <= splitAttentionRows {
+					// few pairs: each one's positions over many warps
+					ns := a.Heads * rows * p.kvRows
+					p.allocs[scores].n = max(p.allocs[scores].n, ns)
+					if parts < 0 {
+						parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
+					}
+					np := rows * a.Heads * ops.AttnSplitChunks * (a.HeadDim + 2)
+					p.allocs[parts].n = max(p.allocs[parts].n, np)
+					p.call(i, cached("AttentionSplit", ops.AttentionSplit), in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p),
+						view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, ops.AttnSplitChunks, a.Scale)
+					p.call(i, cached("AttentionMerge", ops.AttentionMerge), view{parts, 0, np}, stepAll(p), out[i], a.HeadDim, a.Heads, ops.AttnSplitChunks)
+					break
 				}
 				ns := 2 * a.Heads * rows * p.kvRows // scores and the softmax factors (AttentionWarp2)
 				p.allocs[scores].n = max(p.allocs[scores].n, ns)

@@ -1,0 +1,124 @@
+package ops
+
+import (
+	"math"
+
+	k "github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// Split attention (flash-decoding): a decode step has one query row, so
+// AttentionWarp2's warp per head leaves most of the GPU idle and walks the
+// cache in one serial chain. Here each (row, head) pair's positions are cut
+// into `chunks` pieces of L positions, L = ⌈n/chunks⌉ rounded up to a warp,
+// one warp a piece; AttentionMerge folds the pieces. The arithmetic is
+// softmax attention in f32 (the f16 query and caches as Attention reads
+// them), not Attention's f16 accumulator: the GPU path is held to the CPU
+// one by error bounds here, as the mat-vecs are.
+
+// AttnSplitChunks is the most pieces a pair's positions are cut into: the
+// grid is pairs × AttnSplitChunks warps, those past the position exit at
+// once.
+const AttnSplitChunks = 32
+
+// attnChunk is a pair's position count n (row r of the step: its position
+// plus one) and the length of its pieces.
+func attnChunk(b *k.Builder, step k.Expr, row, chunks k.Expr) (n, l k.Expr) {
+	n = b.Let("n", step.Cvt(k.Int).Add(row).Add(1))
+	per := n.Add(chunks).Sub(1).Div(chunks)
+	l = b.Let("L", per.Add(WarpLanes-1).Div(WarpLanes).Mul(WarpLanes))
+	return n, l
+}
+
+// AttentionSplit is AttentionSplit(q []float32, kc, vc []uint16, part []float32,
+// step []int32, sc []float32, headDim, heads, group, kvDim, ctx, chunks int,
+// scale float32): for warp w, pair t = w / chunks and piece c = w mod chunks
+// of positions [c·L, min(n, (c+1)·L)), the scores (position on lane mod 32,
+// into sc from t·ctx), their maximum m, the sum l of exp(s − m) and the
+// unnormalized output o[d] = Σ exp(s − m)·v[d]; part holds o, m, l from
+// w·(headDim+2).
+func AttentionSplit() *k.Kernel {
+	b := k.New("AttentionSplit")
+	b.Doc("attends one piece of each head's positions per warp, leaving the piece's output, max and sum for AttentionMerge.")
+	q, kc, vc, part := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16), b.Buffer("part", k.F32)
+	step, sc := b.Buffer("step", k.I32), b.Buffer("sc", k.F32)
+	hd, heads := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int)
+	group, dim := b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
+	ctx, chunks := b.Scalar("ctx", k.Int), b.Scalar("chunks", k.Int)
+	scale := b.Scalar("scale", k.F32)
+	b.ParallelFor("w", 0, q.Len().Div(hd).Mul(chunks), func(w k.Expr) {
+		t := b.Let("t", w.Div(chunks))
+		c := b.Let("c", w.Rem(chunks))
+		n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
+		lo := b.Let("lo", c.Mul(l))
+		hi := b.Let("hi", n.Min(lo.Add(l)))
+		qo := b.Let("qo", t.Mul(hd))
+		so := b.Let("so", t.Mul(ctx))
+		off := b.Let("off", t.Rem(heads).Div(group).Mul(hd))
+		M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
+		b.For("j", lo, hi, func(j k.Expr) {
+			kb := b.Let("kb", j.Mul(dim).Add(off))
+			dot := b.Sum("dot", k.F32, 0, hd, func(d k.Expr) k.Expr {
+				return q.At(qo.Add(d)).F32ToF16().F16ToF32().Mul(kc.At(kb.Add(d)).F16ToF32())
+			})
+			s := b.Let("s", dot.Mul(scale))
+			b.Store(sc, so.Add(j), s)
+			b.Fold(M, s)
+		})
+		m := b.Let("m", M.Get())
+		S := b.Acc("S", k.OpAdd, k.F(0))
+		b.For("je", lo, hi, func(j k.Expr) {
+			e := b.Let("e", sc.At(so.Add(j)).Sub(m).Exp())
+			b.Store(sc, so.Add(j), e)
+			b.Fold(S, e)
+		})
+		po := b.Let("po", w.Mul(hd.Add(2)))
+		b.For("d", 0, hd, func(d k.Expr) {
+			o := b.Sum("o", k.F32, lo, hi, func(j k.Expr) k.Expr {
+				return sc.At(so.Add(j)).Mul(vc.At(j.Mul(dim).Add(off).Add(d)).F16ToF32())
+			})
+			b.Store(part, po.Add(d), o)
+		})
+		// every lane alike: the same values to the same addresses
+		b.Store(part, po.Add(hd), m)
+		b.Store(part, po.Add(hd).Add(1), S.Get())
+	})
+	warpSched(b, "j", "je", "d")
+	return b.MustBuild()
+}
+
+// AttentionMerge is AttentionMerge(part []float32, step []int32, y
+// []float32, headDim, heads, chunks int): each pair's pieces of
+// AttentionSplit folded, y[d] = Σ_c o_c[d]·exp(m_c − M) / Σ_c l_c·exp(m_c − M)
+// over the pieces that hold positions, M their largest maximum; a warp a
+// pair, head dimensions over the lanes.
+func AttentionMerge() *k.Kernel {
+	b := k.New("AttentionMerge")
+	b.Doc("folds AttentionSplit's pieces of each head into its attention output.")
+	part, step, y := b.Buffer("part", k.F32), b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	hd, heads, chunks := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int), b.Scalar("chunks", k.Int)
+	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
+		n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
+		nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
+		stride := b.Let("stride", hd.Add(2))
+		base := b.Let("base", t.Mul(chunks).Mul(stride))
+		M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
+		b.For("cm", 0, nc, func(c k.Expr) {
+			b.Set(M, M.Get().Max(part.At(base.Add(c.Mul(stride)).Add(hd))))
+		})
+		m := b.Let("m", M.Get())
+		den := b.Sum("den", k.F32, 0, nc, func(c k.Expr) k.Expr {
+			pc := b.Let("pc", base.Add(c.Mul(stride)))
+			return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+		})
+		inv := b.Let("inv", k.F(1).Div(den))
+		b.For("d", 0, hd, func(d k.Expr) {
+			o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
+				pc := b.Let("pc", base.Add(c.Mul(stride)))
+				return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+			})
+			b.Store(y, t.Mul(hd).Add(d), o.Mul(inv))
+		})
+	})
+	warpSched(b, "d")
+	return b.MustBuild()
+}
