@@ -15,19 +15,33 @@ import (
 // weight value is decoded once for all of them.
 const MatMulGroup = 8
 
+// MatMulOuts is the weight rows a warp of MatMulWarpNAME takes at once:
+// each activation value it loads serves MatMulOuts products, so the reads
+// of x (the prefill product's bulk of memory traffic, one weight row per
+// warp) fall by that factor.
+const MatMulOuts = 4
+
 // MatMulWarp is MatMulWarpNAME(w []byte, x, y []float32, cols int): for
 // each of the len(x)/cols rows r of x, y[r·n+o] = row o of W dotted with
-// row r of x, n = len(y)/rows; a warp takes one weight row o and
-// MatMulGroup activation rows, lane u mod 32 unit u of the row (as
+// row r of x, n = len(y)/rows; a warp takes MatMulOuts weight rows and
+// MatMulGroup activation rows, lane u mod 32 unit u of each row (as
 // MatVecWarpNAME), so each row's sum is the mat-vec's bit for bit. The
 // types are WarpMatVecs' quantized ones.
-func MatMulWarp(name string) (*k.Kernel, bool) {
+func MatMulWarp(name string) (*k.Kernel, bool) { return MatMulWarpTile(name, MatMulOuts) }
+
+// MatMulWarpTile is MatMulWarp with outs weight rows a warp (the kernel is
+// MatMulWarpNAME at MatMulOuts, MatMulWarpNAMExOUTS otherwise).
+func MatMulWarpTile(name string, outs int) (*k.Kernel, bool) {
 	c, ok := quantWarpCuts()[name]
-	if !ok {
+	if !ok || outs < 1 {
 		return nil, false
 	}
-	b := k.New("MatMulWarp" + name)
-	b.Doc("sets y[r*n+o] to row o of the " + name + " matrix w dotted with row r of x, a warp per (o, 8 rows).")
+	kname := "MatMulWarp" + name
+	if outs != MatMulOuts {
+		kname = fmt.Sprintf("%sx%d", kname, outs)
+	}
+	b := k.New(kname)
+	b.Doc(fmt.Sprintf("sets y[r*n+o] to row o of the %s matrix w dotted with row r of x, a warp per (%d o, %d rows).", name, outs, MatMulGroup))
 	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
 	cols := b.Scalar("cols", k.Int)
 	nb := b.Let("nb", cols.Div(c.qk))
@@ -35,30 +49,69 @@ func MatMulWarp(name string) (*k.Kernel, bool) {
 	rows := b.Let("rows", x.Len().Div(cols))
 	n := b.Let("n", y.Len().Div(rows))
 	groups := b.Let("groups", rows.Add(MatMulGroup-1).Div(MatMulGroup))
-	b.ParallelFor("t", 0, groups.Mul(n), func(t k.Expr) {
-		o := b.Let("o", t.Rem(n))
-		r0 := b.Let("r0", t.Div(n).Mul(MatMulGroup))
-		var sums [MatMulGroup]*k.Var
-		for c := range sums {
-			sums[c] = b.Acc("sum", k.OpAdd, k.F(0))
+	tiles := b.Let("tiles", n.Add(outs-1).Div(outs))
+	b.ParallelFor("t", 0, groups.Mul(tiles), func(t k.Expr) {
+		o0 := b.Let("o0", t.Rem(tiles).Mul(outs))
+		r0 := b.Let("r0", t.Div(tiles).Mul(MatMulGroup))
+		sums := make([][MatMulGroup]*k.Var, outs)
+		for q := range sums {
+			for r := range sums[q] {
+				sums[q][r] = b.Acc("sum", k.OpAdd, k.F(0))
+			}
 		}
 		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
 			i := b.Let("i", u.Div(c.units))
 			s := b.Let("s", u.Rem(c.units))
-			wb := b.View("wb", w, o.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
 			var xbs [MatMulGroup]*k.Buf
 			for r := range xbs {
 				// rows past the last are the last again: computed, never stored
 				row := r0.Add(r).Min(rows.Sub(1))
 				xbs[r] = b.View("xb", x, row.Mul(cols).Add(i.Mul(c.qk)), c.qk)
 			}
-			c.unit(b, wb, s, func(j, v k.Expr) {
-				for r := range sums {
-					b.Fold(sums[r], v.Mul(xbs[r].At(j)))
+			// every weight row's unit decoded (its loads and scales), then
+			// value by value: x loaded once for all outs rows
+			var js []k.Expr
+			vals := make([][]k.Expr, outs)
+			for q := range vals {
+				o := o0.Add(q).Min(n.Sub(1)) // as rows: past the last, the last again
+				wb := b.View("wb", w, o.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+				c.unit(b, wb, s, func(j, v k.Expr) {
+					if q == 0 {
+						js = append(js, j)
+					}
+					vals[q] = append(vals[q], v)
+				})
+			}
+			for e, j := range js {
+				var xs [MatMulGroup]k.Expr
+				for r := range xs {
+					xs[r] = b.Let("xv", xbs[r].At(j))
 				}
+				for q := range vals {
+					v := b.Let("v", vals[q][e])
+					for r := range xs {
+						b.Fold(sums[q][r], v.Mul(xs[r]))
+					}
+				}
+			}
+		})
+		b.For("oo", o0, o0.Add(outs).Min(n), func(o k.Expr) {
+			b.For("rr", r0, r0.Add(MatMulGroup).Min(rows), func(rr k.Expr) {
+				var v k.Expr
+				for q := outs - 1; q >= 0; q-- {
+					vq := sums[q][MatMulGroup-1].Get()
+					for r := MatMulGroup - 2; r >= 0; r-- {
+						vq = k.Select(rr.Eq(r0.Add(r)), sums[q][r].Get(), vq)
+					}
+					if v == nil {
+						v = vq
+					} else {
+						v = k.Select(o.Eq(o0.Add(q)), vq, v)
+					}
+				}
+				b.Store(y, rr.Mul(n).Add(o), v)
 			})
 		})
-		storeRows(b, y, r0, rows, n, o, sums)
 	})
 	warpSched(b, "u")
 	return b.MustBuild(), true

@@ -69,7 +69,11 @@ func TestMatMulRows(t *testing.T) {
 			mm, mv *k.Kernel
 		}
 		forms := []form{{ops.MatMulRows(d), ops.MatVec(d)}}
-		if mw, ok := ops.MatMulWarp(d.Name); ok {
+		for _, outs := range []int{1, 2, ops.MatMulOuts} {
+			mw, ok := ops.MatMulWarpTile(d.Name, outs)
+			if !ok {
+				break
+			}
 			forms = append(forms, form{mw, ops.WarpMatVecs()[d.Name]()})
 		}
 		for _, f := range forms {

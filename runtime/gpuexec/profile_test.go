@@ -133,9 +133,9 @@ func TestGPUKernelTimes(t *testing.T) {
 	}
 }
 
-// TestGPUMatMulForms checks the two prefill products on the device against
-// the interpreter (a small case, bit for bit) and logs their times on a
-// 2048×2048 Q4_K matrix times 256 rows.
+// TestGPUMatMulForms checks the prefill products on the device against
+// the interpreter (a small case, bit for bit) and logs their times on
+// 2048×2048 and 8192×2048 Q4_K matrices times 256 rows.
 func TestGPUMatMulForms(t *testing.T) {
 	needGPU(t)
 	c, err := cuda.Open(0)
@@ -148,8 +148,11 @@ func TestGPUMatMulForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Destroy()
-	mw, _ := ops.MatMulWarp("Q4_K")
-	forms := []*kernel.Kernel{mw, ops.MatMulRows(ops.Q4_K)}
+	forms := []*kernel.Kernel{ops.MatMulRows(ops.Q4_K)}
+	for _, outs := range []int{1, 2, ops.MatMulOuts, 8} {
+		mw, _ := ops.MatMulWarpTile("Q4_K", outs)
+		forms = append(forms, mw)
+	}
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	src, err := ptx.Module(forms, tg)
 	if err != nil {
@@ -171,7 +174,7 @@ func TestGPUMatMulForms(t *testing.T) {
 		}
 		return d
 	}
-	for _, size := range []struct{ n, out, rows int }{{512, 64, 11}, {2048, 2048, 256}} {
+	for _, size := range []struct{ n, out, rows int }{{512, 64, 11}, {2048, 2048, 256}, {2048, 8192, 256}} {
 		var w []byte
 		for i := 0; i < size.out; i++ {
 			w = append(w, opstest.Row(quant.Q4_K, size.n, nil, r)...)
