@@ -69,7 +69,7 @@ func TestMatMulRows(t *testing.T) {
 			mm, mv *k.Kernel
 		}
 		forms := []form{{ops.MatMulRows(d), ops.MatVec(d)}}
-		for _, outs := range []int{1, 2, ops.MatMulOuts} {
+		for _, outs := range []int{1, ops.MatMulOuts, 4} {
 			mw, ok := ops.MatMulWarpTile(d.Name, outs)
 			if !ok {
 				break

@@ -210,26 +210,33 @@ type forwarder interface {
 
 // tolerance is the largest logit difference allowed between the CPU runner
 // and the GPU plan for a model. Both round activations to the same
-// quantized values and keep the same f16 KV values; only the order of f32
-// (and f64) rounding differs, ~1e-6 relative in a mat-vec. Such a
-// difference still flips an f16 KV value now and then (runtime/exec's own
-// batch and token-by-token runs differ by ~2e-3 for it), so the float
-// models get 1e-2 (measured up to 3.3e-3 over 32 tokens). On the quantized
-// ones an activation within an ulp of a rounding boundary of its Q8
-// quantization can land on the other side, which moves one quant by one
-// step and these small models' logits by up to a few tenths (measured up to
-// 0.43 over 32 tokens); there the check that matters is that every token
-// agrees.
+// quantized values and keep the same f16 KV values; the mat-vecs differ in
+// the order of f32 (and f64) rounding, ~1e-6 relative, and decode
+// attention (AttentionSplit) keeps its accumulator in f32 where the CPU
+// rounds it to f16 at every position, ~1e-3 relative. Either still flips
+// an f16 KV value now and then (runtime/exec's own batch and token-by-token
+// runs differ by ~2e-3 for it), so the float models get 2e-2 (measured up
+// to 1.03e-2 over 32 tokens with AttentionSplit, 3.3e-3 before it). On the
+// quantized ones an activation within an ulp of a rounding boundary of its
+// Q8 quantization can land on the other side, which moves one quant by one
+// step and these small models' logits by up to a few tenths (measured up
+// to 0.55 over 32 tokens).
 func tolerance(name string) float64 {
 	switch name {
 	case "stories260K.gguf", "llama-2-tiny-random.gguf":
-		return 1e-2
+		return 2e-2
 	}
 	return 1
 }
 
-// agree runs greedy generation of n tokens on both and fails on the first
-// token that differs or a step whose logits differ by more than logitTol.
+// nearTie is the CPU's largest margin between its pick and a different
+// pick of the other: below it the two picks are a tie the allowed logit
+// differences can break either way.
+const nearTie = 0.1
+
+// agree runs greedy generation of n tokens on both, feeding both the CPU's
+// pick, and fails on a step whose logits differ by more than logitTol or
+// whose picks differ where the CPU's logits do not make them a near tie.
 func agree(t *testing.T, cpu, other forwarder, n int, logitTol float64) {
 	t.Helper()
 	a, err := cpu.Forward(prompt)
@@ -240,7 +247,7 @@ func agree(t *testing.T, cpu, other forwarder, n int, logitTol float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	worst := 0.0
+	worst, ties := 0.0, 0
 	for i := 0; ; i++ {
 		d := maxDiff(a, b)
 		worst = max(worst, d)
@@ -249,7 +256,12 @@ func agree(t *testing.T, cpu, other forwarder, n int, logitTol float64) {
 		}
 		ta, tb := argmax(a), argmax(b)
 		if ta != tb {
-			t.Fatalf("step %d: CPU picks token %d, the other %d", i, ta, tb)
+			margin := float64(a[ta] - a[tb])
+			if margin >= nearTie {
+				t.Fatalf("step %d: CPU picks token %d, the other %d (the CPU's margin %.3g)", i, ta, tb, margin)
+			}
+			t.Logf("step %d: a near tie (CPU margin %.3g) picked %d by the CPU, %d by the other; both go on with %d", i, margin, ta, tb, ta)
+			ties++
 		}
 		if i == n {
 			break
@@ -257,11 +269,11 @@ func agree(t *testing.T, cpu, other forwarder, n int, logitTol float64) {
 		if a, err = cpu.Forward([]int32{ta}); err != nil {
 			t.Fatal(err)
 		}
-		if b, err = other.Forward([]int32{tb}); err != nil {
+		if b, err = other.Forward([]int32{ta}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d tokens equal; largest logit difference %.3g", n, worst)
+	t.Logf("%d tokens, %d near ties; largest logit difference %.3g", n, ties, worst)
 }
 
 // The GPU plan, interpreted here, generates what the CPU runner generates:

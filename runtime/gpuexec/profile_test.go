@@ -149,7 +149,7 @@ func TestGPUMatMulForms(t *testing.T) {
 	}
 	defer s.Destroy()
 	forms := []*kernel.Kernel{ops.MatMulRows(ops.Q4_K)}
-	for _, outs := range []int{1, 2, ops.MatMulOuts, 8} {
+	for _, outs := range []int{1, ops.MatMulOuts, 4} {
 		mw, _ := ops.MatMulWarpTile("Q4_K", outs)
 		forms = append(forms, mw)
 	}
