@@ -73,15 +73,18 @@ func (b *Buf) load(k Kind, ix any) Expr {
 type StmtOp uint8
 
 const (
-	SLet     StmtOp = iota // Var := Value
-	SAcc                   // declare accumulator Var = Value
-	SFold                  // Var = Var <Var.Fold> Value
-	SStore                 // Buf[Index] = Value
-	SView                  // Buf is Buf.Parent[Index : Index+Buf.Size]
-	SFor                   // for Var := Lo; Var < Hi; Var += Step { Body }
-	SBlock                 // Body in its own scope (what unrolling makes)
-	SBarrier               // work-group barrier; serial targets need nothing
-	SSet                   // Var = Value: an accumulator update a schedule wrote out (a fused multiply-add)
+	SLet       StmtOp = iota // Var := Value
+	SAcc                     // declare accumulator Var = Value
+	SFold                    // Var = Var <Var.Fold> Value
+	SStore                   // Buf[Index] = Value
+	SView                    // Buf is Buf.Parent[Index : Index+Buf.Size]
+	SFor                     // for Var := Lo; Var < Hi; Var += Step { Body }
+	SBlock                   // Body in its own scope (what unrolling makes)
+	SBarrier                 // work-group barrier; serial targets need nothing
+	SSet                     // Var = Value: an accumulator update a schedule wrote out (a fused multiply-add)
+	STile                    // declare Tile, all zero (tile.go)
+	STileMMA                 // Tile += Buf's rows times Buf2's rows, Args their offsets, strides and row counts
+	STileStore               // Buf[…] = Tile within Args' bounds
 )
 
 // LoopKind says whether a loop's iterations may run at once.
@@ -110,6 +113,11 @@ type Stmt struct {
 	// outside it into its own partials, which combine by a fixed tree after
 	// the loop. It changes results, so the interpreter honours it.
 	Threads int
+
+	// the tile statements' operands (tile.go)
+	Tile *Tile
+	Buf2 *Buf
+	Args []Expr
 
 	fixed bool // a loop an Order lowered (its step is its lane count): Split and Unroll leave it
 }

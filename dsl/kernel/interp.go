@@ -70,9 +70,10 @@ type bufv struct {
 }
 
 type machine struct {
-	vars []val
-	bufs []bufv
-	accs map[*Stmt][]*Var // a cooperative loop's split accumulators
+	vars  []val
+	bufs  []bufv
+	accs  map[*Stmt][]*Var // a cooperative loop's split accumulators
+	tiles map[*Tile][]float32
 }
 
 func (m *machine) bind(p Param, a any) error {
@@ -162,6 +163,8 @@ func (m *machine) stmt(s *Stmt) {
 		m.stmts(s.Body)
 	case SBarrier:
 		// serial execution already orders every access
+	case STile, STileMMA, STileStore:
+		m.tile(s)
 	default:
 		fail("statement %d", s.Op)
 	}

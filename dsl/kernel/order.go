@@ -175,6 +175,9 @@ func stmtReads(ss []*Stmt, v *Var) int {
 	n := 0
 	for _, s := range ss {
 		n += reads(s.Value, v) + reads(s.Index, v) + reads(s.Lo, v) + reads(s.Hi, v) + stmtReads(s.Body, v)
+		for _, a := range s.Args {
+			n += reads(a, v)
+		}
 	}
 	return n
 }

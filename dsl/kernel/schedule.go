@@ -206,6 +206,12 @@ func substStmts(in []*Stmt, v *Var, r Expr) []*Stmt {
 		c := *s
 		c.Value, c.Index = subst(s.Value, v, r), subst(s.Index, v, r)
 		c.Lo, c.Hi = subst(s.Lo, v, r), subst(s.Hi, v, r)
+		if s.Args != nil {
+			c.Args = make([]Expr, len(s.Args))
+			for j, a := range s.Args {
+				c.Args[j] = subst(a, v, r)
+			}
+		}
 		c.Body = substStmts(s.Body, v, r)
 		out[i] = &c
 	}

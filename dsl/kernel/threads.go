@@ -139,7 +139,7 @@ func ThreadAccs(l *Stmt) []*Var {
 // Stores reports whether ss store anywhere.
 func Stores(ss []*Stmt) bool {
 	for _, s := range ss {
-		if s.Op == SStore || Stores(s.Body) {
+		if s.Op == SStore || s.Op == STileStore || Stores(s.Body) {
 			return true
 		}
 	}

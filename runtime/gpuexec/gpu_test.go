@@ -88,7 +88,7 @@ func TestGPUMatchesInterpretedPlan(t *testing.T) {
 
 // Graph replay, plain launches, Truncate and LogitsAll agree: a rewound
 // sequence recomputes the same logits, and every row of LogitsAll ends in
-// the last row's logits.
+// the last row's logits (within rounding: one-row steps attend otherwise).
 func TestGPUGraphsTruncateLogitsAll(t *testing.T) {
 	needGPU(t)
 	m := loadModel(t, "stories260K.gguf")
@@ -119,7 +119,10 @@ func TestGPUGraphsTruncateLogitsAll(t *testing.T) {
 	if len(rows) != len(prompt)*v {
 		t.Fatalf("LogitsAll gave %d values, want %d", len(rows), len(prompt)*v)
 	}
-	if d := maxDiff(want, rows[(len(prompt)-1)*v:]); d != 0 {
+	// LogitsAll runs one-row steps, whose attention is AttentionSplit's
+	// (f32) where a prefill step's is AttentionWarp2's (the CPU's f16
+	// accumulator): the same logits within the float tolerance
+	if d := maxDiff(want, rows[(len(prompt)-1)*v:]); d > tolerance("stories260K.gguf") {
 		t.Fatalf("LogitsAll's last row differs by %g", d)
 	}
 	if _, err := g.Forward(make([]int32, 64)); err == nil {

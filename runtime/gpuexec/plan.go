@@ -56,6 +56,7 @@ type plan struct {
 	kvRows   int // cache rows: context plus the padding of a last chunk
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 
+	tiles         bool // prefill products on the tensor cores (MatMulTile: sm_80 and later)
 	hidden        bool // a stage graph ending in hidden rows (stage.go), not logits
 	input, pinput view // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
 }
@@ -94,11 +95,18 @@ func blockOf(t quant.Type) (ops.BlockDecode, bool) {
 const splitAttentionRows = 8
 
 // newPlan lowers m's graph for one row per step and, for rows > 1, for
-// prefill steps of rows rows, with a KV cache of context positions.
+// prefill steps of rows rows, with a KV cache of context positions, for a
+// device with tensor cores.
 func newPlan(m *exec.Model, context, rows int) (*plan, error) {
+	return newPlanTiles(m, context, rows, true)
+}
+
+// newPlanTiles is newPlan for a device with (tiles) or without tensor
+// cores.
+func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 	g := m.Graph
 	rows = max(rows, 1)
-	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1}
+	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1, tiles: tiles}
 	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2 + rows})
 	id, ok := g.Outputs["logits"]
 	if !ok {
@@ -135,6 +143,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 	scratch := -1 // activations rounded to a matmul's partner type
 	scores := -1  // attention scores
 	parts := -1   // split attention's pieces
+	wf16 := -1    // a prefill product's weights decoded to f16
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -205,6 +214,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 				}
 				cols := x.n / xr
 				var mm *kernel.Kernel // multiplies xr rows at once
+				tiled := false        // the product is planned (MatMulTile)
 				var k *kernel.Kernel
 				switch w.Type {
 				case quant.F32:
@@ -238,6 +248,22 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 					}
 					last.rk, last.x = rk, x
 					x = sx
+					if xr > 1 && p.tiles && cols%kernel.TileK == 0 {
+						// a prefill product on the tensor cores: the matrix
+						// decoded to f16 once a step, the activations rounded
+						// as the mat-vecs' (llama.cpp's MMQ does so too), then
+						// to f16 as MatMulTile loads them
+						nw := n.Cols * cols
+						if wf16 < 0 {
+							wf16 = p.add(alloc{name: "f16 weights", kind: kernel.U16})
+						}
+						p.allocs[wf16].n = max(p.allocs[wf16].n, nw)
+						wh := view{wf16, 0, nw}
+						p.call(i, cached("DequantF16"+d.Name, func() *kernel.Kernel { return ops.DequantF16(d) }), whole(raw(n.Weight), p), wh)
+						p.call(i, cached("MatMulTile", ops.MatMulTile), x, wh, y, cols)
+						tiled = true
+						break
+					}
 					if mk, ok := ops.WarpMatVecs()[d.Name]; ok {
 						k = cached("MatVecWarp"+d.Name, mk)
 					} else {
@@ -248,6 +274,9 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 					} else if xr > 1 {
 						mm = cached("MatMulRows"+d.Name, func() *kernel.Kernel { return ops.MatMulRows(d) })
 					}
+				}
+				if tiled {
+					break
 				}
 				next, hasNext := epilogues[i]
 				var ek func() *kernel.Kernel

@@ -210,29 +210,32 @@ type forwarder interface {
 
 // tolerance is the largest logit difference allowed between the CPU runner
 // and the GPU plan for a model. Both round activations to the same
-// quantized values and keep the same f16 KV values; the mat-vecs differ in
-// the order of f32 (and f64) rounding, ~1e-6 relative, and decode
-// attention (AttentionSplit) keeps its accumulator in f32 where the CPU
-// rounds it to f16 at every position, ~1e-3 relative. Either still flips
-// an f16 KV value now and then (runtime/exec's own batch and token-by-token
-// runs differ by ~2e-3 for it), so the float models get 2e-2 (measured up
-// to 1.03e-2 over 32 tokens with AttentionSplit, 3.3e-3 before it). On the
-// quantized ones an activation within an ulp of a rounding boundary of its
-// Q8 quantization can land on the other side, which moves one quant by one
-// step and these small models' logits by up to a few tenths (measured up
-// to 0.55 over 32 tokens).
+// quantized values and keep f16 KV values; the mat-vecs differ in the
+// order of f32 (and f64) rounding, ~1e-6 relative, decode attention
+// (AttentionSplit) keeps its accumulator in f32 where the CPU rounds it to
+// f16 at every position, ~1e-3 relative, and prefill products of quantized
+// matrices (MatMulTile) round the decoded weights to f16, ~2e-4 relative.
+// Either still flips an f16 KV value now and then (runtime/exec's own
+// batch and token-by-token runs differ by ~2e-3 for it), so the float
+// models get 2e-2 (measured up to 1.31e-2 over 32 tokens with
+// AttentionSplit, 3.3e-3 before it). On the quantized ones an activation
+// within an ulp of a rounding boundary of its Q8 quantization can land on
+// the other side, which moves one quant by one step, and the random
+// synthetic models amplify that: their logits (max |logit| 12.5) move by
+// up to 0.55 over 32 tokens with the mat-vecs' sum order alone, up to 1.52
+// with the f16 prefill products.
 func tolerance(name string) float64 {
 	switch name {
 	case "stories260K.gguf", "llama-2-tiny-random.gguf":
 		return 2e-2
 	}
-	return 1
+	return 2
 }
 
 // nearTie is the CPU's largest margin between its pick and a different
-// pick of the other: below it the two picks are a tie the allowed logit
-// differences can break either way.
-const nearTie = 0.1
+// pick of the other that the allowed logit differences explain: a tie they
+// may break either way (measured: 0.05 and 0.215 on the synthetic models).
+func nearTie(logitTol float64) float64 { return logitTol / 4 }
 
 // agree runs greedy generation of n tokens on both, feeding both the CPU's
 // pick, and fails on a step whose logits differ by more than logitTol or
@@ -257,7 +260,7 @@ func agree(t *testing.T, cpu, other forwarder, n int, logitTol float64) {
 		ta, tb := argmax(a), argmax(b)
 		if ta != tb {
 			margin := float64(a[ta] - a[tb])
-			if margin >= nearTie {
+			if margin >= nearTie(logitTol) {
 				t.Fatalf("step %d: CPU picks token %d, the other %d (the CPU's margin %.3g)", i, ta, tb, margin)
 			}
 			t.Logf("step %d: a near tie (CPU margin %.3g) picked %d by the CPU, %d by the other; both go on with %d", i, margin, ta, tb, ta)

@@ -74,15 +74,16 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	if opt.LogitsAll { // every row's logits: token by token
 		rows = 1
 	}
-	p, err := newPlan(m, opt.Context, rows)
-	if err != nil {
-		return nil, fmt.Errorf("gpuexec: %w", err)
-	}
 	if err := cuda.Load(); err != nil {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
 	c, err := cuda.Open(opt.Device)
 	if err != nil {
+		return nil, fmt.Errorf("gpuexec: %w", err)
+	}
+	p, err := newPlanTiles(m, opt.Context, rows, c.Device.Major >= 8)
+	if err != nil {
+		c.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
 	r := &Runner{m: m, opt: opt, p: p, c: c}

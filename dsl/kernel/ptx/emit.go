@@ -79,6 +79,8 @@ type fn struct {
 	bufs   map[*kernel.Buf]*bufReg
 	labels int
 	err    error
+	sm     int
+	tiles  map[*kernel.Tile]tileRegs
 
 	// cooperative loops (kernel.Stmt.Threads): the kernel's one width, this
 	// thread's index among the width (an Int register), the shfl member
@@ -133,7 +135,8 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body)}
+	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
+		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}}
 	if f.width > 32 {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
@@ -300,6 +303,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 			// per-thread code is serial, and the IR has no shared memory to order
 			f.out.WriteString("\t// barrier: nothing to order within one thread\n")
 		}
+	case kernel.STile, kernel.STileMMA, kernel.STileStore:
+		f.tileStmt(s)
 	default:
 		f.fail("statement op %d unsupported", s.Op)
 	}

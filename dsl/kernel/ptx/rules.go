@@ -65,7 +65,7 @@ func gridLoop(body []*kernel.Stmt) *kernel.Stmt {
 
 func stores(ss []*kernel.Stmt) bool {
 	for _, s := range ss {
-		if s.Op == kernel.SStore || stores(s.Body) {
+		if s.Op == kernel.SStore || s.Op == kernel.STileStore || stores(s.Body) {
 			return true
 		}
 	}

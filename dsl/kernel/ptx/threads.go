@@ -25,6 +25,9 @@ func width(body []*kernel.Stmt) int {
 		}
 	}
 	walk(body)
+	if kernel.HasTiles(body) {
+		w = max(w, 32) // a warp runs a tile's mma
+	}
 	return w
 }
 

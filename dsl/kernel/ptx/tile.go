@@ -1,0 +1,162 @@
+package ptx
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// Tiles (dsl/kernel/tile.go) on the tensor cores: mma.sync m16n8k16 with
+// f16 operands and f32 sums, a warp per grid iteration. Lane l is
+// (g, t) = (l/4, l%4). The k order within one mma is free as long as both
+// operands take the same, so lane t loads the 8 consecutive values
+// 8t..8t+7 of each of its rows with one or two vector loads (no shared
+// memory, no shuffles), and mma step s ∈ {0, 1} of a TileK = 32 chunk
+// takes values 8t+4s..8t+4s+3 as the k indices 2t, 2t+1, 2t+8, 2t+9 the
+// fragment layout gives the lane (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16"): a's registers {row g, row g+8} × {those two pairs}, b's
+// the two pairs of column g, the sums c0 c1 (row g) and c2 c3 (row g+8)
+// at columns 2t, 2t+1.
+
+// tileRegs are a tile's sums: four f32 registers a 16×8 piece, pieces
+// row-major.
+type tileRegs [][4]string
+
+func (f *fn) tileStmt(s *kernel.Stmt) {
+	if f.sm < 80 {
+		f.fail("tile %s: mma.m16n8k16 needs sm_80 or later", s.Tile.Name)
+		return
+	}
+	if f.width != 32 || f.lane == "" {
+		f.fail("tile %s: outside a warp's grid iteration", s.Tile.Name)
+		return
+	}
+	t := s.Tile
+	if s.Op == kernel.STile {
+		regs := make(tileRegs, t.M*t.N)
+		for p := range regs {
+			for e := range regs[p] {
+				regs[p][e] = f.reg(cF32)
+				f.ins("mov.f32 %s, 0f00000000", regs[p][e])
+			}
+		}
+		f.tiles[t] = regs
+		return
+	}
+	regs, ok := f.tiles[t]
+	if !ok {
+		f.fail("tile %s used outside its scope", t.Name)
+		return
+	}
+	args := make([]string, len(s.Args))
+	for i, a := range s.Args {
+		args[i] = f.r64(a)
+	}
+	g, l4 := f.reg(c64), f.reg(c64)
+	f.ins("shr.u64 %s, %s, 2", g, f.lane)
+	f.ins("and.b64 %s, %s, 3", l4, f.lane)
+	if s.Op == kernel.STileStore {
+		f.tileStore(s, regs, args, g, l4)
+		return
+	}
+	// a: rows 16m+g and 16m+g+8 of piece row m, four f16 pairs each
+	a := make([][2][4]string, t.M)
+	for m := range a {
+		for h := range 2 {
+			a[m][h] = f.tileLoad(s.Buf, args[0], args[1], args[2], 16*m+8*h, g, l4)
+		}
+	}
+	c := make([][4]string, t.N)
+	for n := range c {
+		c[n] = f.tileLoad(s.Buf2, args[3], args[4], args[5], 8*n, g, l4)
+	}
+	for st := range 2 {
+		for m := range t.M {
+			for n := range t.N {
+				d := regs[m*t.N+n]
+				acc := strings.Join(d[:], ", ")
+				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s, %s, %s, %s}, {%s, %s}, {%s}",
+					acc, a[m][0][2*st], a[m][1][2*st], a[m][0][2*st+1], a[m][1][2*st+1], c[n][2*st], c[n][2*st+1], acc)
+			}
+		}
+	}
+}
+
+// r64 is e in a fresh 64-bit register (constants included).
+func (f *fn) r64(e kernel.Expr) string {
+	r := f.reg(c64)
+	f.ins("mov.b64 %s, %s", r, f.expr(e))
+	return r
+}
+
+// tileLoad loads values 8t..8t+7 of operand row min(row0+g, rows−1) as four
+// f16 pairs (lower k in the low half).
+func (f *fn) tileLoad(buf *kernel.Buf, off, stride, rows string, row0 int, g, l4 string) [4]string {
+	b := f.buf(buf)
+	var out [4]string
+	if b == nil {
+		return out
+	}
+	row, last := f.reg(c64), f.reg(c64)
+	f.ins("add.s64 %s, %s, %d", row, g, row0)
+	f.ins("add.s64 %s, %s, -1", last, rows)
+	f.ins("min.s64 %s, %s, %s", row, row, last)
+	idx := f.reg(c64)
+	f.ins("mad.lo.s64 %s, %s, %s, %s", idx, row, stride, off)
+	f.ins("mad.lo.s64 %s, %s, 8, %s", idx, l4, idx)
+	addr := f.reg(c64)
+	f.ins("shl.b64 %s, %s, %d", addr, idx, log2(buf.Elem.Bytes()))
+	f.ins("add.s64 %s, %s, %s", addr, b.addr, addr)
+	for i := range out {
+		out[i] = f.reg(c32)
+	}
+	if buf.Elem == kernel.U16 {
+		f.ins("ld.global.v4.b32 {%s}, [%s]", strings.Join(out[:], ", "), addr)
+		return out
+	}
+	var x [8]string
+	for i := range x {
+		x[i] = f.reg(cF32)
+	}
+	f.ins("ld.global.v4.f32 {%s}, [%s]", strings.Join(x[:4], ", "), addr)
+	f.ins("ld.global.v4.f32 {%s}, [%s+16]", strings.Join(x[4:], ", "), addr)
+	for i := range out {
+		// cvt.rn.f16x2.f32 d, a, b puts a in the upper half
+		f.ins("cvt.rn.f16x2.f32 %s, %s, %s", out[i], x[2*i+1], x[2*i])
+	}
+	return out
+}
+
+// tileStore stores each lane's sums under the bounds: piece (m, n) sum e
+// is row 16m+g+8·(e/2), column 8n+2t+e%2.
+func (f *fn) tileStore(s *kernel.Stmt, regs tileRegs, args []string, g, l4 string) {
+	b := f.buf(s.Buf)
+	if b == nil {
+		return
+	}
+	off, stride, rows, cols := args[0], args[1], args[2], args[3]
+	t := s.Tile
+	col0 := f.reg(c64)
+	f.ins("shl.b64 %s, %s, 1", col0, l4)
+	for m := range t.M {
+		for n := range t.N {
+			for e := range 4 {
+				row, col := f.reg(c64), f.reg(c64)
+				f.ins("add.s64 %s, %s, %d", row, g, 16*m+8*(e/2))
+				f.ins("add.s64 %s, %s, %d", col, col0, 8*n+e%2)
+				p := f.reg(cPred)
+				f.ins("setp.lt.s64 %s, %s, %s", p, col, cols)
+				f.ins("setp.lt.and.s64 %s, %s, %s, %s", p, row, rows, p)
+				idx := f.reg(c64)
+				f.ins("mad.lo.s64 %s, %s, %s, %s", idx, row, stride, off)
+				f.ins("add.s64 %s, %s, %s", idx, idx, col)
+				f.ins("shl.b64 %s, %s, 2", idx, idx)
+				f.ins("add.s64 %s, %s, %s", idx, b.addr, idx)
+				f.ins("@%s st.global.f32 [%s], %s", p, idx, regs[m*t.N+n][e])
+			}
+		}
+	}
+}
+
+func (t tileRegs) String() string { return fmt.Sprint([][4]string(t)) }

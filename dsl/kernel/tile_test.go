@@ -1,0 +1,90 @@
+package kernel_test
+
+import (
+	"strings"
+	"testing"
+
+	k "github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// tileKernel multiplies a rows×32 f32 x by an n×32 f16 w (one TileMMA) at
+// element offset off of x, in one warp tile of 16×8.
+func tileKernel() *k.Kernel {
+	b := k.New("tile")
+	x, w, y := b.Buffer("x", k.F32), b.Buffer("w", k.U16), b.Buffer("y", k.F32)
+	off := b.Scalar("off", k.Int)
+	b.ParallelFor("t", 0, 1, func(t k.Expr) {
+		acc := b.NewTile("acc", 1, 1)
+		b.TileMMA(acc, k.TileOperand{Buf: x, Off: off, Stride: k.I(k.TileK), Rows: k.I(3)},
+			k.TileOperand{Buf: w, Off: k.I(0), Stride: k.I(k.TileK), Rows: k.I(2)})
+		b.TileStore(acc, k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(8), Rows: k.I(3)}, k.I(2))
+	})
+	return b.MustBuild()
+}
+
+// The interpreter's tile: f16-rounded operands, rows past the last read the
+// last again, only the bounded part stored, offsets held to TileAlign.
+func TestTileInterpreted(t *testing.T) {
+	x := make([]float32, 8+3*k.TileK)
+	for i := range x {
+		x[i] = 1 + float32(i%5)/3 // thirds: rounded by f16
+	}
+	w := make([]uint16, 2*k.TileK)
+	for i := range w {
+		w[i] = k.F32ToF16(float32(i%3) - 1)
+	}
+	y := make([]float32, 3*8)
+	for i := range y {
+		y[i] = -7
+	}
+	if err := k.Run(tileKernel(), x, w, y, 8); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		for j := range 8 {
+			want := float32(-7)
+			if j < 2 {
+				want = 0
+				for c := range k.TileK {
+					want += k.F16ToF32(k.F32ToF16(x[8+i*k.TileK+c])) * k.F16ToF32(w[j*k.TileK+c])
+				}
+			}
+			if y[i*8+j] != want {
+				t.Fatalf("y[%d][%d] = %v, want %v", i, j, y[i*8+j], want)
+			}
+		}
+	}
+	if err := k.Run(tileKernel(), x, w, y, 4); err == nil || !strings.Contains(err.Error(), "not multiples") {
+		t.Fatalf("a misaligned operand: %v", err)
+	}
+}
+
+func TestTileBuildErrors(t *testing.T) {
+	for name, build := range map[string]func(b *k.Builder){
+		"outside the ParallelFor": func(b *k.Builder) { b.NewTile("a", 1, 1) },
+		"too many pieces": func(b *k.Builder) {
+			b.ParallelFor("t", 0, 1, func(k.Expr) { b.NewTile("a", 4, 8) })
+		},
+		"an I32 operand": func(b *k.Builder) {
+			x := b.Buffer("x", k.I32)
+			b.ParallelFor("t", 0, 1, func(k.Expr) {
+				a := b.NewTile("a", 1, 1)
+				op := k.TileOperand{Buf: x, Off: k.I(0), Stride: k.I(32), Rows: k.I(1)}
+				b.TileMMA(a, op, op)
+			})
+		},
+		"a store into U16": func(b *k.Builder) {
+			y := b.Buffer("y", k.U16)
+			b.ParallelFor("t", 0, 1, func(k.Expr) {
+				a := b.NewTile("a", 1, 1)
+				b.TileStore(a, k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(8), Rows: k.I(1)}, k.I(8))
+			})
+		},
+	} {
+		b := k.New("bad")
+		build(b)
+		if _, err := b.Build(); err == nil {
+			t.Errorf("%s: built", name)
+		}
+	}
+}
