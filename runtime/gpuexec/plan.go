@@ -68,8 +68,10 @@ var (
 )
 
 // PrefillRows is the rows of a prefill step for a context: prompts run in
-// chunks of that many.
-func prefillRows(context int) int { return max(1, min(256, context)) }
+// chunks of that many. 512 rows give MatMulTile twice the warps of 256 and
+// halve the f16 decodes of the weights a token (H200, 1B Q4_K_M pp512:
+// 11745 against 8881 tok/s).
+func prefillRows(context int) int { return max(1, min(512, context)) }
 
 func (p *plan) add(a alloc) int { p.allocs = append(p.allocs, a); return len(p.allocs) - 1 }
 

@@ -18,22 +18,8 @@ import (
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
-// TestGPUKernelTimes logs where a decode step's time goes, kernel by
-// kernel (each launch repeated and timed on the host around a stream
-// sync, so launch overhead is included): on GPUEXEC_PROFILE_MODEL (a GGUF
-// path) or synthetic/tiny256-Q4_K_M.gguf, after a 64-token prompt.
-func TestGPUKernelTimes(t *testing.T) {
-	needGPU(t)
-	m := profileModel(t)
-	r := gpuRunner(t, m, exec.Options{Context: 1024})
-	r.SetGraphs(false)
-	toks := make([]int32, 64)
-	for i := range toks {
-		toks[i] = int32(1 + i%7)
-	}
-	if _, err := r.Forward(toks); err != nil {
-		t.Fatal(err)
-	}
+// profileCalls logs where a step's time goes, kernel by kernel.
+func profileCalls(t *testing.T, r *Runner, what string, calls []call, launches []launch) {
 	const reps = 20
 	type stat struct {
 		name  string
@@ -42,9 +28,9 @@ func TestGPUKernelTimes(t *testing.T) {
 	}
 	by := map[string]*stat{}
 	var all time.Duration
-	for i := range r.calls {
-		c := &r.calls[i]
-		name := r.p.launches[i].k.Name
+	for i := range calls {
+		c := &calls[i]
+		name := launches[i].k.Name
 		if err := r.s.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
@@ -72,10 +58,30 @@ func TestGPUKernelTimes(t *testing.T) {
 		ss = append(ss, s)
 	}
 	sort.Slice(ss, func(i, j int) bool { return ss[i].total > ss[j].total })
-	t.Logf("%d launches a step, %v in all (each timed alone, launch overhead included)", len(r.calls), all)
+	t.Logf("%s: %d launches, %v in all (each timed alone, launch overhead included)", what, len(calls), all)
 	for _, s := range ss {
 		t.Logf("%-22s %4d launches %10v  %5.1f%%  %8v each", s.name, s.n, s.total, 100*float64(s.total)/float64(all), s.total/time.Duration(s.n))
 	}
+}
+
+// TestGPUKernelTimes logs where a decode step's and a prefill step's time
+// go, kernel by kernel (each launch repeated and timed on the host around a stream
+// sync, so launch overhead is included): on GPUEXEC_PROFILE_MODEL (a GGUF
+// path) or synthetic/tiny256-Q4_K_M.gguf, after a 64-token prompt.
+func TestGPUKernelTimes(t *testing.T) {
+	needGPU(t)
+	m := profileModel(t)
+	r := gpuRunner(t, m, exec.Options{Context: 1024})
+	r.SetGraphs(false)
+	toks := make([]int32, 64)
+	for i := range toks {
+		toks[i] = int32(1 + i%7)
+	}
+	if _, err := r.Forward(toks); err != nil {
+		t.Fatal(err)
+	}
+	profileCalls(t, r, "decode step", r.calls, r.p.launches)
+	profileCalls(t, r, fmt.Sprintf("prefill step (%d rows)", r.p.rows), r.pcalls, r.p.prefill)
 
 	// the step's captured graph, timed on the device; then a graph of as
 	// many launches of the step's smallest kernel, for the cost of a node

@@ -17,7 +17,7 @@ import (
 // DequantF16Q4_K bit for bit and MatMulTile within f32 rounding of the
 // interpreter (the hardware's sums run in its own order) on a shape with
 // partial tiles, then logs both kernels' times on the 1B model's shapes
-// times 256 rows.
+// times 512 rows (a prefill step).
 func TestGPUMatMulTile(t *testing.T) {
 	needGPU(t)
 	c, err := cuda.Open(0)
@@ -34,7 +34,7 @@ func TestGPUMatMulTile(t *testing.T) {
 	}
 	defer s.Destroy()
 	deq, mmt := ops.DequantF16(ops.Q4_K), ops.MatMulTile()
-	shapes := []*kernel.Kernel{mmt, ops.MatMulTileShape(2, 4), ops.MatMulTileShape(4, 2), ops.MatMulTileShape(2, 2), ops.MatMulTileShape(4, 8)}
+	shapes := []*kernel.Kernel{mmt, ops.MatMulTileShape(2, 4), ops.MatMulTileShape(4, 2), ops.MatMulTileShape(2, 2), ops.MatMulTileShape(1, 4)}
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	src, err := ptx.Module(append([]*kernel.Kernel{deq}, shapes...), tg)
 	if err != nil {
@@ -63,7 +63,7 @@ func TestGPUMatMulTile(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, size := range []struct{ n, out, rows int }{{512, 72, 70}, {2048, 2048, 256}, {2048, 8192, 256}, {8192, 2048, 256}} {
+	for _, size := range []struct{ n, out, rows int }{{512, 72, 70}, {2048, 2048, 512}, {2048, 8192, 512}, {8192, 2048, 512}} {
 		var w []byte
 		for i := 0; i < size.out; i++ {
 			w = append(w, opstest.Row(quant.Q4_K, size.n, nil, r)...)
