@@ -259,6 +259,8 @@ func (m *machine) eval(e Expr) val {
 		return f32FromBits(m.eval(e.Args[0]))
 	case OpF32ToF16:
 		return val{i: int64(F32ToF16(float32(m.eval(e.Args[0]).f)))}
+	case OpDot4:
+		return val{i: dot4(m.eval(e.Args[0]).i, m.eval(e.Args[1]).i, m.eval(e.Args[2]).i)}
 	}
 	var a, b, c val
 	a = m.eval(e.Args[0])

@@ -155,3 +155,28 @@ func TestF16ToF32(t *testing.T) {
 		t.Error("inf or NaN")
 	}
 }
+
+// Dot4 is four byte products, unsigned by signed, plus the addend.
+func TestDot4(t *testing.T) {
+	b := New("dot4")
+	ab, wb, yb := b.Buffer("a", U32), b.Buffer("w", U32), b.Buffer("y", I32)
+	b.ParallelFor("i", 0, yb.Len(), func(i Expr) {
+		b.Store(yb, i, Dot4(ab.At(i), wb.At(i), yb.At(i)))
+	})
+	kern := b.MustBuild()
+	av := []uint32{0x01020304, 0xffffffff, 0}
+	wv := []uint32{0x01ff7f80, 0x80808080, 0x12345678}
+	y := []int32{5, -1, 7}
+	if err := Run(kern, av, wv, y); err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{5 + 4*-128 + 3*127 + 2*-1 + 1*1, -1 + 4*255*-128, 7}
+	for i := range y {
+		if y[i] != want[i] {
+			t.Errorf("dot4 %d: %d, want %d", i, y[i], want[i])
+		}
+	}
+	if e := Dot4(I(1), I(2), I(3)); e.Err == nil {
+		t.Error("dot4 of Ints built")
+	}
+}

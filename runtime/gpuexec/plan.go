@@ -142,10 +142,11 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 		return vectors[wi], nil
 	}
 	freqAllocs := map[int]int{}
-	scratch := -1 // activations rounded to a matmul's partner type
-	scores := -1  // attention scores
-	parts := -1   // split attention's pieces
-	wf16 := -1    // a prefill product's weights decoded to f16
+	scratch := -1     // activations rounded to a matmul's partner type
+	scores := -1      // attention scores
+	parts := -1       // split attention's pieces
+	wf16 := -1        // a prefill product's weights decoded to f16
+	q8, q8d := -1, -1 // the decode activation in Q8_K (MatVecDot*)
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -217,6 +218,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				cols := x.n / xr
 				var mm *kernel.Kernel // multiplies xr rows at once
 				tiled := false        // the product is planned (MatMulTile)
+				var dotIn []any       // an integer mat-vec's activation (MatVecDot*)
 				var k *kernel.Kernel
 				switch w.Type {
 				case quant.F32:
@@ -227,6 +229,25 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 					d, ok := blockOf(w.Type)
 					if !ok {
 						return view{}, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
+					}
+					if dk, ok := ops.DotMatVecs()[d.Name]; ok && xr == 1 && quant.VecDotType(w.Type) == quant.Q8_K {
+						// a decode mat-vec in integers: the activation's Q8_K
+						// quants and scales, shared as the rounding is
+						if q8 < 0 {
+							q8 = p.add(alloc{name: "Q8_K activation quants", kind: kernel.U8})
+							q8d = p.add(alloc{name: "Q8_K activation scales", kind: kernel.F32})
+						}
+						p.allocs[q8].n = max(p.allocs[q8].n, x.n)
+						p.allocs[q8d].n = max(p.allocs[q8d].n, x.n/256)
+						xq, xd := view{q8, 0, x.n}, view{q8d, 0, x.n / 256}
+						qk := cached("QuantizeQ8_K", ops.QuantizeQ8_K)
+						if last.rk != qk || last.x != x {
+							p.call(i, qk, x, xq, xd)
+						}
+						last.rk, last.x = qk, x
+						dotIn = []any{xq, xd}
+						k = cached("MatVecDot"+d.Name, dk)
+						break
 					}
 					var rk *kernel.Kernel
 					switch quant.VecDotType(w.Type) {
@@ -283,24 +304,33 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				next, hasNext := epilogues[i]
 				var ek func() *kernel.Kernel
 				var ename string
-				switch next.op {
-				case dsl.OpAdd:
+				xin := []any{x}
+				switch {
+				case dotIn != nil && next.op == dsl.OpAdd:
+					ek, ename = ops.DotMatVecsAdd()[w.Type.String()], "MatVecDotAdd"+w.Type.String()
+				case dotIn != nil && next.op == dsl.OpSiLU:
+					ek, ename = ops.DotMatVecsSiLU()[w.Type.String()], "MatVecDotSiLU"+w.Type.String()
+				case next.op == dsl.OpAdd:
 					ek, ename = ops.WarpMatVecsAdd()[w.Type.String()], "MatVecWarpAdd"+w.Type.String()
-				case dsl.OpSiLU:
+				case next.op == dsl.OpSiLU:
 					ek, ename = ops.WarpMatVecsSiLU()[w.Type.String()], "MatVecWarpSiLU"+w.Type.String()
 				}
+				if dotIn != nil {
+					xin = dotIn
+				}
 				switch {
-				case xr == 1 && hasNext && ek != nil && x.a == scratch:
+				case xr == 1 && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
-					// weights, the scratch and (an Add) the residual
-					args := []any{whole(raw(n.Weight), p), x}
+					// weights, the scratch (or quants) and (an Add) the
+					// residual
+					args := append([]any{whole(raw(n.Weight), p)}, xin...)
 					if next.op == dsl.OpAdd {
 						args = append(args, out[next.other])
 					}
 					p.call(i, cached(ename, ek), append(args, out[next.node])...)
 					fused[next.node] = true
 				case xr == 1:
-					p.call(i, k, whole(raw(n.Weight), p), x, y)
+					p.call(i, k, append(append([]any{whole(raw(n.Weight), p)}, xin...), y)...)
 				case mm != nil:
 					p.call(i, mm, whole(raw(n.Weight), p), x, y, cols)
 				default: // a mat-vec a row

@@ -310,7 +310,8 @@ func TestPlanMatchesCPU(t *testing.T) {
 }
 
 // In one-row steps each block's two residual Adds and its SiLU are done by
-// the mat-vecs before them (MatVecWarpAdd*, MatVecWarpSiLU*): no AddF32 or
+// the mat-vecs before them (MatVecWarpAdd*, MatVecWarpSiLU* or their
+// integer forms MatVecDotAdd*, MatVecDotSiLU*): no AddF32 or
 // SiLUF32 launch is left for a quantized llama; prefill steps keep theirs.
 func TestMatVecEpiloguesFused(t *testing.T) {
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
@@ -331,7 +332,7 @@ func TestMatVecEpiloguesFused(t *testing.T) {
 	if layers < 1 {
 		t.Fatalf("block_count %d", layers)
 	}
-	if got := count(p.launches, "MatVecWarpAdd"); got != 2*layers {
+	if got := count(p.launches, "MatVecWarpAdd") + count(p.launches, "MatVecDotAdd"); got != 2*layers {
 		t.Errorf("decode step: %d fused mat-vec adds, want %d (two a block)", got, 2*layers)
 	}
 	if got := count(p.launches, "AddF32"); got != 0 {
@@ -340,7 +341,7 @@ func TestMatVecEpiloguesFused(t *testing.T) {
 	if got := count(p.prefill, "AddF32"); got != 2*layers {
 		t.Errorf("prefill step: %d AddF32 launches, want %d", got, 2*layers)
 	}
-	if got := count(p.launches, "MatVecWarpSiLU"); got != layers {
+	if got := count(p.launches, "MatVecWarpSiLU") + count(p.launches, "MatVecDotSiLU"); got != layers {
 		t.Errorf("decode step: %d fused mat-vec SiLUs, want %d (one a block)", got, layers)
 	}
 	if got := count(p.launches, "SiLUF32"); got != 0 {

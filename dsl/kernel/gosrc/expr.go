@@ -91,6 +91,14 @@ func (f *fn) expr(e kernel.Expr) string {
 		}
 		return "float32(1 / " + f.mathCall("Sqrt", e.Kind, e.Args) + ")"
 	}
+	if e.Op == kernel.OpDot4 {
+		a, b, c := f.bare(e.Args[0]), f.bare(e.Args[1]), f.bare(e.Args[2])
+		var t []string
+		for i := 0; i < 4; i++ {
+			t = append(t, fmt.Sprintf("int32(uint8(%s>>%d))*int32(int8(%s>>%d))", a, 8*i, b, 8*i))
+		}
+		return "(" + c + " + " + strings.Join(t, " + ") + ")"
+	}
 	if e.Op == kernel.OpFMA && e.Kind == kernel.F32 {
 		// float32(math.FMA(...)) would round twice; quant.FMA32 rounds once.
 		f.imports["github.com/jitllm/jitllm/kernels/quant"] = true

@@ -156,6 +156,20 @@ func (f *fn) expr(e kernel.Expr) string {
 		return f.neg(e.Kind, f.expr(e.Args[0]))
 	case kernel.OpFMA:
 		return f.fma(e)
+	case kernel.OpDot4:
+		var ops [3]string
+		for i, x := range e.Args {
+			ops[i] = f.expr(x)
+			if x.Op == kernel.OpConst { // a register operand, as dp4a wants
+				c := f.reg(c32)
+				f.ins("mov.b32 %s, %s", c, ops[i])
+				ops[i] = c
+			}
+		}
+		a, b, c := ops[0], ops[1], ops[2]
+		r := f.reg(c32)
+		f.ins("dp4a.u32.s32 %s, %s, %s, %s", r, a, b, c)
+		return r
 	case kernel.OpSqrt, kernel.OpRsqrt:
 		a := f.expr(e.Args[0])
 		t := ftype(e.Kind)

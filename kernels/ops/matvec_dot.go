@@ -1,0 +1,175 @@
+package ops
+
+import k "github.com/jitllm/jitllm/dsl/kernel"
+
+// Integer warp mat-vecs: the activation quantized to Q8_K bytes on the
+// device (QuantizeQ8_K: int8 quants and a scale a block of 256), the weight
+// quants multiplied with them four at a time (k.Dot4, the GPU's dp4a) and
+// summed in integers per sub-block, as ggml's k-quant dots do; only each
+// unit's scaled partial is a float, summed over the warp. Against
+// MatVecWarpNAME (decoded weights times the decoded activation, a float
+// product a value) this reads a quarter of the activation bytes and issues
+// a fraction of the instructions; the integer sums are the CPU's exactly,
+// the float order is the warp's.
+
+// QuantizeQ8_K is QuantizeQ8_K(x []float32, xq []byte, xd []float32): each
+// block of 256 values of x quantized as QuantRoundQ8_K quantizes it
+// (ggml's quantize_row_q8_K), the int8 quants into xq (their bytes) and the
+// scale d into xd (0 for a zero block, whose quants are 0).
+func QuantizeQ8_K() *k.Kernel {
+	b := k.New("QuantizeQ8_K")
+	b.Doc("quantizes each block of 256 values of x to Q8_K: int8 quants into xq, the scale into xd.")
+	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
+		xb := b.View("xb", x, i.Mul(256), 256)
+		amax := b.Acc("amax", k.OpMax, k.F(0))
+		b.For("j", 0, 256, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
+		a := b.Let("a", amax.Get())
+		first := b.Acc("first", k.OpMin, k.I(255))
+		b.For("j", 0, 256, func(j k.Expr) { b.Fold(first, k.Select(absF(xb.At(j)).Eq(a), j, k.I(255))) })
+		mx := b.Let("mx", xb.At(first.Get()))
+		zero := b.Let("zero", a.Eq(k.F(0)))
+		is := b.Let("iscale", k.Select(zero, k.F(0), k.F(-127).Div(mx)))
+		b.For("j", 0, 256, func(j k.Expr) {
+			q := rne(is.Mul(xb.At(j))).Min(k.F(127))
+			b.Store(xq, i.Mul(256).Add(j), q.Cvt(k.I32).Cvt(k.U8))
+		})
+		b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
+	})
+	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
+	return b.MustBuild()
+}
+
+// dotUnit returns unit s of weight block blk dotted with the block's Q8_K
+// quants xb (a 256-byte window), unscaled by the activation's d: an F32.
+type dotUnit func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr
+
+type dotCut struct {
+	bytes, units int
+	unit         dotUnit
+}
+
+const lowNibbles, ones = 0x0f0f0f0f, 0x01010101
+
+// word is the little-endian u32 at byte off of a byte window whose offset
+// is only even: two aligned u16 loads.
+func word(blk *k.Buf, off k.Expr) k.Expr {
+	return blk.Aligned(k.U16, off).Cvt(k.U32).Or(blk.Aligned(k.U16, off.Add(2)).Cvt(k.U32).Shl(16))
+}
+
+func u32c(v uint32) k.Expr { return k.Const(k.U32, int(v)) }
+
+func i32c(v int) k.Expr { return k.Const(k.I32, v) }
+
+// Q4_K unit s (8 a block): bytes 4s..4s+3 of each 32-byte quant group j,
+// the values 64j+4s.. (low nibbles) and 64j+32+4s.. (high).
+var dotQ4_KCut = dotCut{144, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
+	l4 := b.Let("l4", s.Mul(4))
+	sum, mins := i32c(0), i32c(0)
+	for j := 0; j < 4; j++ {
+		q4 := b.Let("q4", blk.Aligned(k.U32, l4.Add(16+32*j)))
+		xlo := b.Let("xlo", xb.Aligned(k.U32, l4.Add(64*j)))
+		xhi := b.Let("xhi", xb.Aligned(k.U32, l4.Add(64*j+32)))
+		slo := k.Dot4(q4.And(u32c(lowNibbles)), xlo, i32c(0))
+		shi := k.Dot4(q4.Shr(4).And(u32c(lowNibbles)), xhi, i32c(0))
+		blo := k.Dot4(u32c(ones), xlo, i32c(0))
+		bhi := k.Dot4(u32c(ones), xhi, i32c(0))
+		s1, m1 := scaleMinK4(blk, 4, 2*j)
+		s2, m2 := scaleMinK4(blk, 4, 2*j+1)
+		sum = b.Let("isum", sum.Add(slo.Mul(s1.Cvt(k.I32))).Add(shi.Mul(s2.Cvt(k.I32))))
+		mins = b.Let("imin", mins.Add(blo.Mul(m1.Cvt(k.I32))).Add(bhi.Mul(m2.Cvt(k.I32))))
+	}
+	d, dmin := blk.F16(0), blk.F16(2)
+	return d.Mul(sum.Cvt(k.F32)).Sub(dmin.Mul(mins.Cvt(k.F32)))
+}}
+
+// Q6_K unit s (8 a block): l = 4s..4s+3 of both 128-value halves n, the
+// values 128n+32t+l (t = 0..3: ql, ql+32 low then high nibbles, with qh's
+// bit pairs 2t) under scale 8n+2t+s/4.
+var dotQ6_KCut = dotCut{210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
+	l := b.Let("l", s.Mul(4))
+	is := b.Let("is", s.Div(4))
+	sum := i32c(0)
+	for n := 0; n < 2; n++ {
+		ql0 := b.Let("ql0", word(blk, l.Add(64*n)))
+		ql32 := b.Let("ql32", word(blk, l.Add(64*n+32)))
+		h := b.Let("h", word(blk, l.Add(128+32*n)))
+		qs := [4]k.Expr{
+			ql0.And(u32c(lowNibbles)).Or(h.And(u32c(0x03030303)).Shl(4)),
+			ql32.And(u32c(lowNibbles)).Or(h.Shr(2).And(u32c(0x03030303)).Shl(4)),
+			ql0.Shr(4).And(u32c(lowNibbles)).Or(h.Shr(4).And(u32c(0x03030303)).Shl(4)),
+			ql32.Shr(4).And(u32c(lowNibbles)).Or(h.Shr(6).And(u32c(0x03030303)).Shl(4)),
+		}
+		for t, q := range qs {
+			x := b.Let("x", xb.Aligned(k.U32, l.Add(128*n+32*t)))
+			// (q − 32)·x, the offset taken out of the unsigned product
+			st := k.Dot4(q, x, i32c(0)).Sub(k.Dot4(u32c(ones), x, i32c(0)).Mul(i32c(32)))
+			sc := blk.I8(is.Add(192 + 8*n + 2*t)).Cvt(k.I32)
+			sum = b.Let("isum", sum.Add(st.Mul(sc)))
+		}
+	}
+	return blk.F16(208).Mul(sum.Cvt(k.F32))
+}}
+
+// dotCuts are the integer warp mat-vecs' cuts by weight type name.
+func dotCuts() map[string]dotCut { return map[string]dotCut{"Q4_K": dotQ4_KCut, "Q6_K": dotQ6_KCut} }
+
+// DotMatVecs are the integer warp mat-vecs by weight type name,
+// MatVecDotNAME(w, xq []byte, xd, y []float32): y[r] = row r of the matrix
+// dotted with the Q8_K activation (xq, xd), a warp per row.
+func DotMatVecs() map[string]func() *k.Kernel { return dotForms(plainStore) }
+
+// DotMatVecsAdd are DotMatVecs with the residual added,
+// MatVecDotAddNAME(w, xq, xd, res, y).
+func DotMatVecsAdd() map[string]func() *k.Kernel { return dotForms(residualStore) }
+
+// DotMatVecsSiLU are DotMatVecs storing the SiLU of each sum,
+// MatVecDotSiLUNAME(w, xq, xd, y).
+func DotMatVecsSiLU() map[string]func() *k.Kernel { return dotForms(siluStore) }
+
+func dotForms(st warpStore) map[string]func() *k.Kernel {
+	out := map[string]func() *k.Kernel{}
+	for name, c := range dotCuts() {
+		out[name] = func() *k.Kernel { return matVecDot(name, c, st) }
+	}
+	return out
+}
+
+func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
+	kname, doc := "MatVecDot"+name, "sets y[r] to row r of the "+name+" matrix w dotted with the Q8_K activation (xq, xd), one warp per row, in integers."
+	switch st {
+	case residualStore:
+		kname, doc = "MatVecDotAdd"+name, "sets y[r] to res[r] plus row r of the "+name+" matrix w dotted with the Q8_K activation, one warp per row."
+	case siluStore:
+		kname, doc = "MatVecDotSiLU"+name, "sets y[r] to the SiLU of row r of the "+name+" matrix w dotted with the Q8_K activation, one warp per row."
+	}
+	b := k.New(kname)
+	b.Doc(doc)
+	w, xq, xd := b.Buffer("w", k.U8), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	var res *k.Buf
+	if st == residualStore {
+		res = b.Buffer("res", k.F32)
+	}
+	y := b.Buffer("y", k.F32)
+	nb := b.Let("nb", xd.Len())
+	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
+	b.ParallelFor("r", 0, y.Len(), func(r k.Expr) {
+		sum := b.Acc("sum", k.OpAdd, k.F(0))
+		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
+			i := b.Let("i", u.Div(c.units))
+			wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+			xb := b.View("xb", xq, i.Mul(256), 256)
+			b.Fold(sum, xd.At(i).Mul(c.unit(b, wb, xb, u.Rem(c.units))))
+		})
+		switch st {
+		case residualStore:
+			b.Store(y, r, res.At(r).Add(sum.Get()))
+		case siluStore:
+			b.Store(y, r, silu(b, sum.Get()))
+		default:
+			b.Store(y, r, sum.Get())
+		}
+	})
+	warpSched(b, "u")
+	return b.MustBuild()
+}
