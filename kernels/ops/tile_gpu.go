@@ -13,9 +13,10 @@ import (
 // the partner type, its sums run in another order): the product is held to
 // it by error bounds, as the GPU mat-vecs are held to the CPU's.
 
-// TileM and TileN are MatMulTile's warp tile in 16×8 pieces: 64 activation
-// rows by 32 weight rows, each operand value loaded serving 4 pieces.
-const TileM, TileN = 4, 4
+// TileM and TileN are MatMulTile's warp tile in 16×8 pieces: 32 activation
+// rows by 32 weight rows (on the H200 × 512 rows: 116–129 TFLOP/s on the
+// 1B's square and wide products where 4×4 gives 92–113, 4×2 62–75).
+const TileM, TileN = 2, 4
 
 // DequantF16 is DequantF16NAME(w []byte, wh []uint16): every value of the
 // blocks of w decoded and rounded to f16 (len(wh) values, a multiple of the
