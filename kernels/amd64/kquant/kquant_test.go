@@ -523,3 +523,27 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRows is the decode kernels (Rows) on 64 weight rows, in cache:
+// the bodies' own speed, without the per-call cost of Dot.
+func BenchmarkRows(b *testing.B) {
+	for _, o := range orders {
+		for _, k := range cpukern.All(o.name) {
+			if k.Rows == nil {
+				continue
+			}
+			for _, c := range []struct{ n, rows int }{{2048, 64}, {8192, 64}, {2048, 1 << 15}} {
+				n, rows := c.n, c.rows // the last out of cache: decode's DRAM stream
+				w, x := benchRows(b, o.blk, n*rows, 1)
+				x = x[:n/qk*q8kBytes]
+				out := make([]float32, rows)
+				b.Run(fmt.Sprintf("%s/n=%d/rows=%d/%s", o.name, n, rows, k.ISA), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					for b.Loop() {
+						k.Rows(n, w, n/qk*o.blk.Bytes, x, out)
+					}
+				})
+			}
+		}
+	}
+}

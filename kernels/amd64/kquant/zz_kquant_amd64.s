@@ -2148,10 +2148,394 @@ DATA kqconst<>+2140(SB)/1, $0x0f
 DATA kqconst<>+2141(SB)/1, $0x00
 DATA kqconst<>+2142(SB)/1, $0x0f
 DATA kqconst<>+2143(SB)/1, $0x00
-DATA kqconst<>+2144(SB)/4, $0x00000000
-DATA kqconst<>+2148(SB)/4, $0xc2fe0000
-DATA kqconst<>+2152(SB)/4, $0x3f800000
-GLOBL kqconst<>(SB), RODATA|NOPTR, $2156
+DATA kqconst<>+2144(SB)/1, $0x03
+DATA kqconst<>+2145(SB)/1, $0x03
+DATA kqconst<>+2146(SB)/1, $0x03
+DATA kqconst<>+2147(SB)/1, $0x03
+DATA kqconst<>+2148(SB)/1, $0x03
+DATA kqconst<>+2149(SB)/1, $0x03
+DATA kqconst<>+2150(SB)/1, $0x03
+DATA kqconst<>+2151(SB)/1, $0x03
+DATA kqconst<>+2152(SB)/1, $0x03
+DATA kqconst<>+2153(SB)/1, $0x03
+DATA kqconst<>+2154(SB)/1, $0x03
+DATA kqconst<>+2155(SB)/1, $0x03
+DATA kqconst<>+2156(SB)/1, $0x03
+DATA kqconst<>+2157(SB)/1, $0x03
+DATA kqconst<>+2158(SB)/1, $0x03
+DATA kqconst<>+2159(SB)/1, $0x03
+DATA kqconst<>+2160(SB)/1, $0x03
+DATA kqconst<>+2161(SB)/1, $0x03
+DATA kqconst<>+2162(SB)/1, $0x03
+DATA kqconst<>+2163(SB)/1, $0x03
+DATA kqconst<>+2164(SB)/1, $0x03
+DATA kqconst<>+2165(SB)/1, $0x03
+DATA kqconst<>+2166(SB)/1, $0x03
+DATA kqconst<>+2167(SB)/1, $0x03
+DATA kqconst<>+2168(SB)/1, $0x03
+DATA kqconst<>+2169(SB)/1, $0x03
+DATA kqconst<>+2170(SB)/1, $0x03
+DATA kqconst<>+2171(SB)/1, $0x03
+DATA kqconst<>+2172(SB)/1, $0x03
+DATA kqconst<>+2173(SB)/1, $0x03
+DATA kqconst<>+2174(SB)/1, $0x03
+DATA kqconst<>+2175(SB)/1, $0x03
+DATA kqconst<>+2176(SB)/1, $0x0c
+DATA kqconst<>+2177(SB)/1, $0x0c
+DATA kqconst<>+2178(SB)/1, $0x0c
+DATA kqconst<>+2179(SB)/1, $0x0c
+DATA kqconst<>+2180(SB)/1, $0x0c
+DATA kqconst<>+2181(SB)/1, $0x0c
+DATA kqconst<>+2182(SB)/1, $0x0c
+DATA kqconst<>+2183(SB)/1, $0x0c
+DATA kqconst<>+2184(SB)/1, $0x0c
+DATA kqconst<>+2185(SB)/1, $0x0c
+DATA kqconst<>+2186(SB)/1, $0x0c
+DATA kqconst<>+2187(SB)/1, $0x0c
+DATA kqconst<>+2188(SB)/1, $0x0c
+DATA kqconst<>+2189(SB)/1, $0x0c
+DATA kqconst<>+2190(SB)/1, $0x0c
+DATA kqconst<>+2191(SB)/1, $0x0c
+DATA kqconst<>+2192(SB)/1, $0x0c
+DATA kqconst<>+2193(SB)/1, $0x0c
+DATA kqconst<>+2194(SB)/1, $0x0c
+DATA kqconst<>+2195(SB)/1, $0x0c
+DATA kqconst<>+2196(SB)/1, $0x0c
+DATA kqconst<>+2197(SB)/1, $0x0c
+DATA kqconst<>+2198(SB)/1, $0x0c
+DATA kqconst<>+2199(SB)/1, $0x0c
+DATA kqconst<>+2200(SB)/1, $0x0c
+DATA kqconst<>+2201(SB)/1, $0x0c
+DATA kqconst<>+2202(SB)/1, $0x0c
+DATA kqconst<>+2203(SB)/1, $0x0c
+DATA kqconst<>+2204(SB)/1, $0x0c
+DATA kqconst<>+2205(SB)/1, $0x0c
+DATA kqconst<>+2206(SB)/1, $0x0c
+DATA kqconst<>+2207(SB)/1, $0x0c
+DATA kqconst<>+2208(SB)/1, $0x30
+DATA kqconst<>+2209(SB)/1, $0x30
+DATA kqconst<>+2210(SB)/1, $0x30
+DATA kqconst<>+2211(SB)/1, $0x30
+DATA kqconst<>+2212(SB)/1, $0x30
+DATA kqconst<>+2213(SB)/1, $0x30
+DATA kqconst<>+2214(SB)/1, $0x30
+DATA kqconst<>+2215(SB)/1, $0x30
+DATA kqconst<>+2216(SB)/1, $0x30
+DATA kqconst<>+2217(SB)/1, $0x30
+DATA kqconst<>+2218(SB)/1, $0x30
+DATA kqconst<>+2219(SB)/1, $0x30
+DATA kqconst<>+2220(SB)/1, $0x30
+DATA kqconst<>+2221(SB)/1, $0x30
+DATA kqconst<>+2222(SB)/1, $0x30
+DATA kqconst<>+2223(SB)/1, $0x30
+DATA kqconst<>+2224(SB)/1, $0x30
+DATA kqconst<>+2225(SB)/1, $0x30
+DATA kqconst<>+2226(SB)/1, $0x30
+DATA kqconst<>+2227(SB)/1, $0x30
+DATA kqconst<>+2228(SB)/1, $0x30
+DATA kqconst<>+2229(SB)/1, $0x30
+DATA kqconst<>+2230(SB)/1, $0x30
+DATA kqconst<>+2231(SB)/1, $0x30
+DATA kqconst<>+2232(SB)/1, $0x30
+DATA kqconst<>+2233(SB)/1, $0x30
+DATA kqconst<>+2234(SB)/1, $0x30
+DATA kqconst<>+2235(SB)/1, $0x30
+DATA kqconst<>+2236(SB)/1, $0x30
+DATA kqconst<>+2237(SB)/1, $0x30
+DATA kqconst<>+2238(SB)/1, $0x30
+DATA kqconst<>+2239(SB)/1, $0x30
+DATA kqconst<>+2240(SB)/1, $0xc0
+DATA kqconst<>+2241(SB)/1, $0xc0
+DATA kqconst<>+2242(SB)/1, $0xc0
+DATA kqconst<>+2243(SB)/1, $0xc0
+DATA kqconst<>+2244(SB)/1, $0xc0
+DATA kqconst<>+2245(SB)/1, $0xc0
+DATA kqconst<>+2246(SB)/1, $0xc0
+DATA kqconst<>+2247(SB)/1, $0xc0
+DATA kqconst<>+2248(SB)/1, $0xc0
+DATA kqconst<>+2249(SB)/1, $0xc0
+DATA kqconst<>+2250(SB)/1, $0xc0
+DATA kqconst<>+2251(SB)/1, $0xc0
+DATA kqconst<>+2252(SB)/1, $0xc0
+DATA kqconst<>+2253(SB)/1, $0xc0
+DATA kqconst<>+2254(SB)/1, $0xc0
+DATA kqconst<>+2255(SB)/1, $0xc0
+DATA kqconst<>+2256(SB)/1, $0xc0
+DATA kqconst<>+2257(SB)/1, $0xc0
+DATA kqconst<>+2258(SB)/1, $0xc0
+DATA kqconst<>+2259(SB)/1, $0xc0
+DATA kqconst<>+2260(SB)/1, $0xc0
+DATA kqconst<>+2261(SB)/1, $0xc0
+DATA kqconst<>+2262(SB)/1, $0xc0
+DATA kqconst<>+2263(SB)/1, $0xc0
+DATA kqconst<>+2264(SB)/1, $0xc0
+DATA kqconst<>+2265(SB)/1, $0xc0
+DATA kqconst<>+2266(SB)/1, $0xc0
+DATA kqconst<>+2267(SB)/1, $0xc0
+DATA kqconst<>+2268(SB)/1, $0xc0
+DATA kqconst<>+2269(SB)/1, $0xc0
+DATA kqconst<>+2270(SB)/1, $0xc0
+DATA kqconst<>+2271(SB)/1, $0xc0
+DATA kqconst<>+2272(SB)/1, $0x04
+DATA kqconst<>+2273(SB)/1, $0x00
+DATA kqconst<>+2274(SB)/1, $0x04
+DATA kqconst<>+2275(SB)/1, $0x00
+DATA kqconst<>+2276(SB)/1, $0x04
+DATA kqconst<>+2277(SB)/1, $0x00
+DATA kqconst<>+2278(SB)/1, $0x04
+DATA kqconst<>+2279(SB)/1, $0x00
+DATA kqconst<>+2280(SB)/1, $0x04
+DATA kqconst<>+2281(SB)/1, $0x00
+DATA kqconst<>+2282(SB)/1, $0x04
+DATA kqconst<>+2283(SB)/1, $0x00
+DATA kqconst<>+2284(SB)/1, $0x04
+DATA kqconst<>+2285(SB)/1, $0x00
+DATA kqconst<>+2286(SB)/1, $0x04
+DATA kqconst<>+2287(SB)/1, $0x00
+DATA kqconst<>+2288(SB)/1, $0x04
+DATA kqconst<>+2289(SB)/1, $0x00
+DATA kqconst<>+2290(SB)/1, $0x04
+DATA kqconst<>+2291(SB)/1, $0x00
+DATA kqconst<>+2292(SB)/1, $0x04
+DATA kqconst<>+2293(SB)/1, $0x00
+DATA kqconst<>+2294(SB)/1, $0x04
+DATA kqconst<>+2295(SB)/1, $0x00
+DATA kqconst<>+2296(SB)/1, $0x04
+DATA kqconst<>+2297(SB)/1, $0x00
+DATA kqconst<>+2298(SB)/1, $0x04
+DATA kqconst<>+2299(SB)/1, $0x00
+DATA kqconst<>+2300(SB)/1, $0x04
+DATA kqconst<>+2301(SB)/1, $0x00
+DATA kqconst<>+2302(SB)/1, $0x04
+DATA kqconst<>+2303(SB)/1, $0x00
+DATA kqconst<>+2304(SB)/1, $0x02
+DATA kqconst<>+2305(SB)/1, $0x00
+DATA kqconst<>+2306(SB)/1, $0x02
+DATA kqconst<>+2307(SB)/1, $0x00
+DATA kqconst<>+2308(SB)/1, $0x02
+DATA kqconst<>+2309(SB)/1, $0x00
+DATA kqconst<>+2310(SB)/1, $0x02
+DATA kqconst<>+2311(SB)/1, $0x00
+DATA kqconst<>+2312(SB)/1, $0x02
+DATA kqconst<>+2313(SB)/1, $0x00
+DATA kqconst<>+2314(SB)/1, $0x02
+DATA kqconst<>+2315(SB)/1, $0x00
+DATA kqconst<>+2316(SB)/1, $0x02
+DATA kqconst<>+2317(SB)/1, $0x00
+DATA kqconst<>+2318(SB)/1, $0x02
+DATA kqconst<>+2319(SB)/1, $0x00
+DATA kqconst<>+2320(SB)/1, $0x02
+DATA kqconst<>+2321(SB)/1, $0x00
+DATA kqconst<>+2322(SB)/1, $0x02
+DATA kqconst<>+2323(SB)/1, $0x00
+DATA kqconst<>+2324(SB)/1, $0x02
+DATA kqconst<>+2325(SB)/1, $0x00
+DATA kqconst<>+2326(SB)/1, $0x02
+DATA kqconst<>+2327(SB)/1, $0x00
+DATA kqconst<>+2328(SB)/1, $0x02
+DATA kqconst<>+2329(SB)/1, $0x00
+DATA kqconst<>+2330(SB)/1, $0x02
+DATA kqconst<>+2331(SB)/1, $0x00
+DATA kqconst<>+2332(SB)/1, $0x02
+DATA kqconst<>+2333(SB)/1, $0x00
+DATA kqconst<>+2334(SB)/1, $0x02
+DATA kqconst<>+2335(SB)/1, $0x00
+DATA kqconst<>+2336(SB)/1, $0x04
+DATA kqconst<>+2337(SB)/1, $0x00
+DATA kqconst<>+2338(SB)/1, $0x05
+DATA kqconst<>+2339(SB)/1, $0x00
+DATA kqconst<>+2340(SB)/1, $0x06
+DATA kqconst<>+2341(SB)/1, $0x00
+DATA kqconst<>+2342(SB)/1, $0x07
+DATA kqconst<>+2343(SB)/1, $0x00
+DATA kqconst<>+2344(SB)/1, $0x0c
+DATA kqconst<>+2345(SB)/1, $0x00
+DATA kqconst<>+2346(SB)/1, $0x0d
+DATA kqconst<>+2347(SB)/1, $0x00
+DATA kqconst<>+2348(SB)/1, $0x0e
+DATA kqconst<>+2349(SB)/1, $0x00
+DATA kqconst<>+2350(SB)/1, $0x0f
+DATA kqconst<>+2351(SB)/1, $0x00
+DATA kqconst<>+2352(SB)/1, $0x08
+DATA kqconst<>+2353(SB)/1, $0x00
+DATA kqconst<>+2354(SB)/1, $0x09
+DATA kqconst<>+2355(SB)/1, $0x00
+DATA kqconst<>+2356(SB)/1, $0x0a
+DATA kqconst<>+2357(SB)/1, $0x00
+DATA kqconst<>+2358(SB)/1, $0x0b
+DATA kqconst<>+2359(SB)/1, $0x00
+DATA kqconst<>+2360(SB)/1, $0x0c
+DATA kqconst<>+2361(SB)/1, $0x00
+DATA kqconst<>+2362(SB)/1, $0x0d
+DATA kqconst<>+2363(SB)/1, $0x00
+DATA kqconst<>+2364(SB)/1, $0x0e
+DATA kqconst<>+2365(SB)/1, $0x00
+DATA kqconst<>+2366(SB)/1, $0x0f
+DATA kqconst<>+2367(SB)/1, $0x00
+DATA kqconst<>+2368(SB)/1, $0x10
+DATA kqconst<>+2369(SB)/1, $0x00
+DATA kqconst<>+2370(SB)/1, $0x10
+DATA kqconst<>+2371(SB)/1, $0x00
+DATA kqconst<>+2372(SB)/1, $0x10
+DATA kqconst<>+2373(SB)/1, $0x00
+DATA kqconst<>+2374(SB)/1, $0x10
+DATA kqconst<>+2375(SB)/1, $0x00
+DATA kqconst<>+2376(SB)/1, $0x04
+DATA kqconst<>+2377(SB)/1, $0x00
+DATA kqconst<>+2378(SB)/1, $0x05
+DATA kqconst<>+2379(SB)/1, $0x00
+DATA kqconst<>+2380(SB)/1, $0x06
+DATA kqconst<>+2381(SB)/1, $0x00
+DATA kqconst<>+2382(SB)/1, $0x07
+DATA kqconst<>+2383(SB)/1, $0x00
+DATA kqconst<>+2384(SB)/1, $0x10
+DATA kqconst<>+2385(SB)/1, $0x00
+DATA kqconst<>+2386(SB)/1, $0x10
+DATA kqconst<>+2387(SB)/1, $0x00
+DATA kqconst<>+2388(SB)/1, $0x10
+DATA kqconst<>+2389(SB)/1, $0x00
+DATA kqconst<>+2390(SB)/1, $0x10
+DATA kqconst<>+2391(SB)/1, $0x00
+DATA kqconst<>+2392(SB)/1, $0x08
+DATA kqconst<>+2393(SB)/1, $0x00
+DATA kqconst<>+2394(SB)/1, $0x09
+DATA kqconst<>+2395(SB)/1, $0x00
+DATA kqconst<>+2396(SB)/1, $0x0a
+DATA kqconst<>+2397(SB)/1, $0x00
+DATA kqconst<>+2398(SB)/1, $0x0b
+DATA kqconst<>+2399(SB)/1, $0x00
+DATA kqconst<>+2400(SB)/1, $0x00
+DATA kqconst<>+2401(SB)/1, $0x00
+DATA kqconst<>+2402(SB)/1, $0x00
+DATA kqconst<>+2403(SB)/1, $0x00
+DATA kqconst<>+2404(SB)/1, $0x00
+DATA kqconst<>+2405(SB)/1, $0x00
+DATA kqconst<>+2406(SB)/1, $0x00
+DATA kqconst<>+2407(SB)/1, $0x00
+DATA kqconst<>+2408(SB)/1, $0x00
+DATA kqconst<>+2409(SB)/1, $0x00
+DATA kqconst<>+2410(SB)/1, $0x00
+DATA kqconst<>+2411(SB)/1, $0x00
+DATA kqconst<>+2412(SB)/1, $0x00
+DATA kqconst<>+2413(SB)/1, $0x00
+DATA kqconst<>+2414(SB)/1, $0x00
+DATA kqconst<>+2415(SB)/1, $0x00
+DATA kqconst<>+2416(SB)/1, $0x00
+DATA kqconst<>+2417(SB)/1, $0x00
+DATA kqconst<>+2418(SB)/1, $0x00
+DATA kqconst<>+2419(SB)/1, $0x00
+DATA kqconst<>+2420(SB)/1, $0x00
+DATA kqconst<>+2421(SB)/1, $0x00
+DATA kqconst<>+2422(SB)/1, $0x00
+DATA kqconst<>+2423(SB)/1, $0x00
+DATA kqconst<>+2424(SB)/1, $0x04
+DATA kqconst<>+2425(SB)/1, $0x00
+DATA kqconst<>+2426(SB)/1, $0x04
+DATA kqconst<>+2427(SB)/1, $0x00
+DATA kqconst<>+2428(SB)/1, $0x04
+DATA kqconst<>+2429(SB)/1, $0x00
+DATA kqconst<>+2430(SB)/1, $0x04
+DATA kqconst<>+2431(SB)/1, $0x00
+DATA kqconst<>+2432(SB)/1, $0x02
+DATA kqconst<>+2433(SB)/1, $0x00
+DATA kqconst<>+2434(SB)/1, $0x02
+DATA kqconst<>+2435(SB)/1, $0x00
+DATA kqconst<>+2436(SB)/1, $0x02
+DATA kqconst<>+2437(SB)/1, $0x00
+DATA kqconst<>+2438(SB)/1, $0x02
+DATA kqconst<>+2439(SB)/1, $0x00
+DATA kqconst<>+2440(SB)/1, $0x02
+DATA kqconst<>+2441(SB)/1, $0x00
+DATA kqconst<>+2442(SB)/1, $0x02
+DATA kqconst<>+2443(SB)/1, $0x00
+DATA kqconst<>+2444(SB)/1, $0x02
+DATA kqconst<>+2445(SB)/1, $0x00
+DATA kqconst<>+2446(SB)/1, $0x02
+DATA kqconst<>+2447(SB)/1, $0x00
+DATA kqconst<>+2448(SB)/1, $0x02
+DATA kqconst<>+2449(SB)/1, $0x00
+DATA kqconst<>+2450(SB)/1, $0x02
+DATA kqconst<>+2451(SB)/1, $0x00
+DATA kqconst<>+2452(SB)/1, $0x02
+DATA kqconst<>+2453(SB)/1, $0x00
+DATA kqconst<>+2454(SB)/1, $0x02
+DATA kqconst<>+2455(SB)/1, $0x00
+DATA kqconst<>+2456(SB)/1, $0x02
+DATA kqconst<>+2457(SB)/1, $0x00
+DATA kqconst<>+2458(SB)/1, $0x02
+DATA kqconst<>+2459(SB)/1, $0x00
+DATA kqconst<>+2460(SB)/1, $0x02
+DATA kqconst<>+2461(SB)/1, $0x00
+DATA kqconst<>+2462(SB)/1, $0x02
+DATA kqconst<>+2463(SB)/1, $0x00
+DATA kqconst<>+2464(SB)/1, $0x3f
+DATA kqconst<>+2465(SB)/1, $0x00
+DATA kqconst<>+2466(SB)/1, $0x3f
+DATA kqconst<>+2467(SB)/1, $0x00
+DATA kqconst<>+2468(SB)/1, $0x3f
+DATA kqconst<>+2469(SB)/1, $0x00
+DATA kqconst<>+2470(SB)/1, $0x3f
+DATA kqconst<>+2471(SB)/1, $0x00
+DATA kqconst<>+2472(SB)/1, $0x0f
+DATA kqconst<>+2473(SB)/1, $0x00
+DATA kqconst<>+2474(SB)/1, $0x0f
+DATA kqconst<>+2475(SB)/1, $0x00
+DATA kqconst<>+2476(SB)/1, $0x0f
+DATA kqconst<>+2477(SB)/1, $0x00
+DATA kqconst<>+2478(SB)/1, $0x0f
+DATA kqconst<>+2479(SB)/1, $0x00
+DATA kqconst<>+2480(SB)/1, $0x3f
+DATA kqconst<>+2481(SB)/1, $0x00
+DATA kqconst<>+2482(SB)/1, $0x3f
+DATA kqconst<>+2483(SB)/1, $0x00
+DATA kqconst<>+2484(SB)/1, $0x3f
+DATA kqconst<>+2485(SB)/1, $0x00
+DATA kqconst<>+2486(SB)/1, $0x3f
+DATA kqconst<>+2487(SB)/1, $0x00
+DATA kqconst<>+2488(SB)/1, $0x0f
+DATA kqconst<>+2489(SB)/1, $0x00
+DATA kqconst<>+2490(SB)/1, $0x0f
+DATA kqconst<>+2491(SB)/1, $0x00
+DATA kqconst<>+2492(SB)/1, $0x0f
+DATA kqconst<>+2493(SB)/1, $0x00
+DATA kqconst<>+2494(SB)/1, $0x0f
+DATA kqconst<>+2495(SB)/1, $0x00
+DATA kqconst<>+2496(SB)/1, $0x30
+DATA kqconst<>+2497(SB)/1, $0x00
+DATA kqconst<>+2498(SB)/1, $0x30
+DATA kqconst<>+2499(SB)/1, $0x00
+DATA kqconst<>+2500(SB)/1, $0x30
+DATA kqconst<>+2501(SB)/1, $0x00
+DATA kqconst<>+2502(SB)/1, $0x30
+DATA kqconst<>+2503(SB)/1, $0x00
+DATA kqconst<>+2504(SB)/1, $0x30
+DATA kqconst<>+2505(SB)/1, $0x00
+DATA kqconst<>+2506(SB)/1, $0x30
+DATA kqconst<>+2507(SB)/1, $0x00
+DATA kqconst<>+2508(SB)/1, $0x30
+DATA kqconst<>+2509(SB)/1, $0x00
+DATA kqconst<>+2510(SB)/1, $0x30
+DATA kqconst<>+2511(SB)/1, $0x00
+DATA kqconst<>+2512(SB)/1, $0x30
+DATA kqconst<>+2513(SB)/1, $0x00
+DATA kqconst<>+2514(SB)/1, $0x30
+DATA kqconst<>+2515(SB)/1, $0x00
+DATA kqconst<>+2516(SB)/1, $0x30
+DATA kqconst<>+2517(SB)/1, $0x00
+DATA kqconst<>+2518(SB)/1, $0x30
+DATA kqconst<>+2519(SB)/1, $0x00
+DATA kqconst<>+2520(SB)/1, $0x30
+DATA kqconst<>+2521(SB)/1, $0x00
+DATA kqconst<>+2522(SB)/1, $0x30
+DATA kqconst<>+2523(SB)/1, $0x00
+DATA kqconst<>+2524(SB)/1, $0x30
+DATA kqconst<>+2525(SB)/1, $0x00
+DATA kqconst<>+2526(SB)/1, $0x30
+DATA kqconst<>+2527(SB)/1, $0x00
+DATA kqconst<>+2528(SB)/4, $0x00000000
+DATA kqconst<>+2532(SB)/4, $0xc2fe0000
+DATA kqconst<>+2536(SB)/4, $0x3f800000
+GLOBL kqconst<>(SB), RODATA|NOPTR, $2540
 
 // func q4kDot1AVX2(nb int, w *byte, x *byte, xstride int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
@@ -2279,7 +2663,7 @@ q4kDot1AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      32(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2719,7 +3103,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      32(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2735,7 +3119,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      80(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2751,7 +3135,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      128(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2767,7 +3151,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      176(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2783,7 +3167,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      224(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2799,7 +3183,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      272(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2815,7 +3199,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      320(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -2831,7 +3215,7 @@ q4kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      368(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -3012,7 +3396,7 @@ q5kDot1AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       32(SP), X0, X0
 	VMOVSS       X0, (AX)
@@ -3518,7 +3902,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       32(SP), X0, X0
 	VMOVSS       X0, (AX)
@@ -3529,7 +3913,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       80(SP), X0, X0
 	VMOVSS       X0, 4(AX)
@@ -3540,7 +3924,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       128(SP), X0, X0
 	VMOVSS       X0, 8(AX)
@@ -3551,7 +3935,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       176(SP), X0, X0
 	VMOVSS       X0, 12(AX)
@@ -3562,7 +3946,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       224(SP), X0, X0
 	VMOVSS       X0, 16(AX)
@@ -3573,7 +3957,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       272(SP), X0, X0
 	VMOVSS       X0, 20(AX)
@@ -3584,7 +3968,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       320(SP), X0, X0
 	VMOVSS       X0, 24(AX)
@@ -3595,7 +3979,7 @@ q5kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       368(SP), X0, X0
 	VMOVSS       X0, 28(AX)
@@ -4257,7 +4641,7 @@ q6kDot1AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, (AX)
 	VZEROUPPER
@@ -4755,7 +5139,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, (AX)
 	VMOVUPS      32(SP), Y0
@@ -4765,7 +5149,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 4(AX)
 	VMOVUPS      64(SP), Y0
@@ -4775,7 +5159,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 8(AX)
 	VMOVUPS      96(SP), Y0
@@ -4785,7 +5169,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 12(AX)
 	VMOVUPS      128(SP), Y0
@@ -4795,7 +5179,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 16(AX)
 	VMOVUPS      160(SP), Y0
@@ -4805,7 +5189,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 20(AX)
 	VMOVUPS      192(SP), Y0
@@ -4815,7 +5199,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 24(AX)
 	VMOVUPS      224(SP), Y0
@@ -4825,7 +5209,7 @@ q6kDot8AVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, 28(AX)
 	VZEROUPPER
@@ -4940,7 +5324,7 @@ q4kDot1VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5265,7 +5649,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5281,7 +5665,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       80(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5297,7 +5681,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       128(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5313,7 +5697,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       176(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5329,7 +5713,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       224(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5345,7 +5729,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       272(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5361,7 +5745,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       320(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5377,7 +5761,7 @@ q4kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       368(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -5522,7 +5906,7 @@ q5kDot1VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -5894,7 +6278,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -5905,7 +6289,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        80(SP), X0, X0
 	VMOVSS        X0, 4(AX)
@@ -5916,7 +6300,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        128(SP), X0, X0
 	VMOVSS        X0, 8(AX)
@@ -5927,7 +6311,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        176(SP), X0, X0
 	VMOVSS        X0, 12(AX)
@@ -5938,7 +6322,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        224(SP), X0, X0
 	VMOVSS        X0, 16(AX)
@@ -5949,7 +6333,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        272(SP), X0, X0
 	VMOVSS        X0, 20(AX)
@@ -5960,7 +6344,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        320(SP), X0, X0
 	VMOVSS        X0, 24(AX)
@@ -5971,7 +6355,7 @@ q5kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        368(SP), X0, X0
 	VMOVSS        X0, 28(AX)
@@ -5980,15 +6364,21 @@ q5kDot8VNNI_done:
 
 // func q4kr8Dot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q4kr8Dot1VNNI(SB), NOSPLIT, $48-40
+TEXT ·q4kr8Dot1VNNI(SB), NOSPLIT, $0-40
 	MOVQ      nb+0(FP), AX
 	MOVQ      w+8(FP), CX
 	MOVQ      x+16(FP), DX
-	VXORPS    Y0, Y0, Y0
-	VMOVUPS   Y0, (SP)
-	VMOVUPS   X0, 32(SP)
+	VXORPS    X0, X0, X0
 	VMOVDQU64 kqconst<>+1120(SB), Z1
 	VMOVDQU64 kqconst<>+1312(SB), Z2
+	VMOVDQU64 kqconst<>+2336(SB), Z3
+	VMOVDQU64 kqconst<>+2400(SB), Z4
+	VMOVDQU64 kqconst<>+2464(SB), Z5
+	VMOVDQU64 kqconst<>+1504(SB), Z6
+	VMOVDQU64 kqconst<>+1568(SB), Z7
+	VMOVDQU64 kqconst<>+1632(SB), Z8
+	VMOVDQU64 kqconst<>+1696(SB), Z9
+	VMOVDQU   kqconst<>+1760(SB), Y10
 	TESTQ     AX, AX
 	JZ        q4kr8Dot1VNNI_done
 
@@ -5996,102 +6386,64 @@ q4kr8Dot1VNNI_blk:
 	PREFETCHT0      2048(CX)
 	PREFETCHT0      2112(CX)
 	PREFETCHT0      2176(CX)
-	MOVL            4(CX), BX
-	MOVL            8(CX), SI
-	MOVL            12(CX), DI
-	MOVL            DI, R8
-	SHRL            $0x04, R8
-	ANDL            $0x0f0f0f0f, R8
-	MOVL            SI, R9
-	SHRL            $0x06, R9
-	ANDL            $0x03030303, R9
-	SHLL            $0x04, R9
-	ORL             R9, R8
-	SHLQ            $0x20, R8
-	MOVL            SI, R9
-	ANDL            $0x3f3f3f3f, R9
-	ORQ             R9, R8
-	ANDL            $0x0f0f0f0f, DI
-	MOVL            BX, R9
-	SHRL            $0x06, R9
-	ANDL            $0x03030303, R9
-	SHLL            $0x04, R9
-	ORL             R9, DI
-	SHLQ            $0x20, DI
-	ANDL            $0x3f3f3f3f, BX
-	ORQ             DI, BX
-	VMOVQ           BX, X0
-	VPINSRQ         $0x01, R8, X0, X0
-	VPMOVZXBW       X0, Y0
-	VEXTRACTI32X4   $0x01, Y0, X3
-	VPXORD          Z4, Z4, Z4
-	VBROADCASTI64X4 16(CX), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1504(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      4(DX), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VBROADCASTI64X4 48(CX), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1568(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      68(DX), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VBROADCASTI64X4 80(CX), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1632(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      132(DX), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VBROADCASTI64X4 112(CX), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1696(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      196(DX), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VEXTRACTI64X4   $0x01, Z4, Y0
-	VPADDD          Y0, Y4, Y5
-	VMOVSS          (CX), X0
-	VCVTPH2PS       X0, X0
-	VBROADCASTSS    (DX), X6
-	VMULPS          X0, X6, X6
-	VMOVSHDUP       X6, X7
-	VMOVDQU         260(DX), X0
-	VPHADDW         276(DX), X0, X0
-	VPMADDWD        X0, X3, X0
-	VMOVDQA64       X0, X0
-	VPSHUFD         $0x4e, X0, X3
-	VPADDD          X3, X0, X0
-	VPSHUFD         $0xb1, X0, X3
-	VPADDD          X3, X0, X0
-	VCVTDQ2PS       X0, X0
-	VMOVSS          32(SP), X3
-	VFMADD231SS     X0, X7, X3
-	VMOVSS          X3, 32(SP)
-	VEXTRACTI32X4   $0x01, Y5, X0
-	VPADDD          X0, X5, X0
-	VPSHUFD         $0x4e, X0, X3
-	VPADDD          X3, X0, X0
-	VPSHUFD         $0xb1, X0, X3
-	VPADDD          X3, X0, X0
-	VCVTDQ2PS       X0, X0
-	VMOVSS          (SP), X3
-	VFMADD231SS     X0, X6, X3
-	VMOVSS          X3, (SP)
+	VPMOVZXBW       (CX), Y11
+	VPERMW          Z11, Z3, Z11
+	VPSRLVW         Z4, Z11, Z11
+	VPANDD          Z5, Z11, Z11
+	VEXTRACTI64X4   $0x01, Z11, Y12
+	VPORD           Y12, Y11, Y12
+	VBROADCASTI64X4 16(CX), Z13
+	VPSRLVW         Z2, Z13, Z13
+	VPANDD          Z1, Z13, Z13
+	VPERMW          Z12, Z6, Z14
+	VPMADDUBSW      4(DX), Z13, Z13
+	VPMADDWD        Z13, Z14, Z13
+	VBROADCASTI64X4 48(CX), Z14
+	VPSRLVW         Z2, Z14, Z14
+	VPANDD          Z1, Z14, Z14
+	VPERMW          Z12, Z7, Z15
+	VPMADDUBSW      68(DX), Z14, Z14
+	VPMADDWD        Z14, Z15, Z14
+	VBROADCASTI64X4 80(CX), Z15
+	VPSRLVW         Z2, Z15, Z15
+	VPANDD          Z1, Z15, Z15
+	VPERMW          Z12, Z8, Z16
+	VPMADDUBSW      132(DX), Z15, Z15
+	VPDPWSSD        Z15, Z16, Z13
+	VBROADCASTI64X4 112(CX), Z15
+	VPSRLVW         Z2, Z15, Z15
+	VPANDD          Z1, Z15, Z15
+	VPERMW          Z12, Z9, Z16
+	VPMADDUBSW      196(DX), Z15, Z15
+	VPDPWSSD        Z15, Z16, Z14
+	VPADDD          Z14, Z13, Z13
+	VEXTRACTI64X4   $0x01, Z13, Y11
+	VPADDD          Y13, Y11, Y11
+	VPERMW          Y12, Y10, Y12
+	VPMADDWD        260(DX), Y12, Y12
+	VPUNPCKLDQ      Y12, Y11, Y13
+	VPUNPCKHDQ      Y12, Y11, Y11
+	VPADDD          Y11, Y13, Y13
+	VPSHUFD         $0x4e, Y13, Y11
+	VPADDD          Y11, Y13, Y13
+	VEXTRACTI32X4   $0x01, Y13, X11
+	VPADDD          X13, X11, X11
+	VCVTDQ2PS       X11, X11
+	VMOVSS          (CX), X12
+	VCVTPH2PS       X12, X12
+	VBROADCASTSS    (DX), X13
+	VMULPS          X12, X13, X13
+	VFMADD231PS     X11, X13, X0
 	ADDQ            $0x00000090, CX
 	ADDQ            $0x00000124, DX
 	DECQ            AX
 	JNZ             q4kr8Dot1VNNI_blk
 
 q4kr8Dot1VNNI_done:
-	MOVQ   out+32(FP), AX
-	VMOVSS (SP), X0
-	VSUBSS 32(SP), X0, X0
-	VMOVSS X0, (AX)
+	MOVQ      out+32(FP), AX
+	VMOVSHDUP X0, X1
+	VSUBSS    X1, X0, X0
+	VMOVSS    X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -6517,15 +6869,21 @@ q4kr8Tile2x8VNNI_done:
 
 // func q6kDot1VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q6kDot1VNNI(SB), NOSPLIT, $32-40
+TEXT ·q6kDot1VNNI(SB), NOSPLIT, $0-40
 	MOVQ      nb+0(FP), AX
 	MOVQ      w+8(FP), CX
 	MOVQ      x+16(FP), DX
 	VXORPS    Y0, Y0, Y0
-	VMOVUPS   Y0, (SP)
-	VMOVDQU64 kqconst<>+1120(SB), Z0
-	VMOVDQU64 kqconst<>+1184(SB), Z2
-	VMOVDQU64 kqconst<>+1248(SB), Z3
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1248(SB), Z2
+	VMOVDQU64 kqconst<>+1888(SB), Z3
+	VMOVDQU64 kqconst<>+1952(SB), Z4
+	VMOVDQU64 kqconst<>+2016(SB), Z5
+	VMOVDQU64 kqconst<>+2080(SB), Z6
+	VMOVDQU64 kqconst<>+2144(SB), Z7
+	VMOVDQU64 kqconst<>+2272(SB), Z8
+	VMOVDQU64 kqconst<>+2208(SB), Z9
+	VMOVDQU64 kqconst<>+1376(SB), Z10
 	TESTQ     AX, AX
 	JZ        q6kDot1VNNI_done
 
@@ -6534,69 +6892,55 @@ q6kDot1VNNI_blk:
 	PREFETCHT0      2112(CX)
 	PREFETCHT0      2176(CX)
 	PREFETCHT0      2240(CX)
-	VPMOVSXBW       192(CX), Y4
-	VPXORD          Z1, Z1, Z1
-	VMOVDQU64       (CX), Z5
-	VBROADCASTI64X4 128(CX), Z6
-	VPANDD          Z0, Z5, Z7
-	VPSRLVW         kqconst<>+1376(SB), Z6, Z8
-	VPANDD          Z2, Z8, Z8
-	VPSLLW          $0x04, Z8, Z8
-	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+1888(SB), Z8
-	VPERMW          Z4, Z8, Z8
-	VPMADDUBSW      4(DX), Z7, Z7
-	VPMADDUBSW      4(DX), Z3, Z9
-	VPSUBW          Z9, Z7, Z7
-	VPDPWSSD        Z7, Z8, Z1
-	VPSRLW          $0x04, Z5, Z5
-	VPANDD          Z0, Z5, Z5
-	VPSRLVW         kqconst<>+1440(SB), Z6, Z6
-	VPANDD          Z2, Z6, Z6
-	VPSLLW          $0x04, Z6, Z6
-	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+1952(SB), Z6
-	VPERMW          Z4, Z6, Z6
-	VPMADDUBSW      68(DX), Z5, Z5
-	VPMADDUBSW      68(DX), Z3, Z7
-	VPSUBW          Z7, Z5, Z5
-	VPDPWSSD        Z5, Z6, Z1
-	VMOVDQU64       64(CX), Z5
-	VBROADCASTI64X4 160(CX), Z6
-	VPANDD          Z0, Z5, Z7
-	VPSRLVW         kqconst<>+1376(SB), Z6, Z8
-	VPANDD          Z2, Z8, Z8
-	VPSLLW          $0x04, Z8, Z8
-	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+2016(SB), Z8
-	VPERMW          Z4, Z8, Z8
-	VPMADDUBSW      132(DX), Z7, Z7
-	VPMADDUBSW      132(DX), Z3, Z9
-	VPSUBW          Z9, Z7, Z7
-	VPDPWSSD        Z7, Z8, Z1
-	VPSRLW          $0x04, Z5, Z5
-	VPANDD          Z0, Z5, Z5
-	VPSRLVW         kqconst<>+1440(SB), Z6, Z6
-	VPANDD          Z2, Z6, Z6
-	VPSLLW          $0x04, Z6, Z6
-	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+2080(SB), Z6
-	VPERMW          Z4, Z6, Z6
-	VPMADDUBSW      196(DX), Z5, Z5
-	VPMADDUBSW      196(DX), Z3, Z7
-	VPSUBW          Z7, Z5, Z5
-	VPDPWSSD        Z5, Z6, Z1
-	VEXTRACTI64X4   $0x01, Z1, Y4
-	VPADDD          Y4, Y1, Y4
+	VPMOVSXBW       192(CX), Y11
+	VMOVDQU64       (CX), Z12
+	VBROADCASTI64X4 128(CX), Z13
+	VPANDD          Z7, Z13, Z14
+	VPSLLVW         Z8, Z14, Z14
+	VPTERNLOGD      $0xf8, Z1, Z12, Z14
+	VPERMW          Z11, Z3, Z15
+	VPMADDUBSW      4(DX), Z14, Z14
+	VPMADDUBSW      4(DX), Z2, Z16
+	VPSUBW          Z16, Z14, Z14
+	VPMADDWD        Z14, Z15, Z14
+	VPANDD          Z9, Z13, Z13
+	VPSRLVW         Z10, Z13, Z13
+	VPSRLW          $0x04, Z12, Z12
+	VPTERNLOGD      $0xf8, Z1, Z12, Z13
+	VPERMW          Z11, Z4, Z12
+	VPMADDUBSW      68(DX), Z13, Z13
+	VPMADDUBSW      68(DX), Z2, Z15
+	VPSUBW          Z15, Z13, Z13
+	VPMADDWD        Z13, Z12, Z12
+	VMOVDQU64       64(CX), Z13
+	VBROADCASTI64X4 160(CX), Z15
+	VPANDD          Z7, Z15, Z16
+	VPSLLVW         Z8, Z16, Z16
+	VPTERNLOGD      $0xf8, Z1, Z13, Z16
+	VPERMW          Z11, Z5, Z17
+	VPMADDUBSW      132(DX), Z16, Z16
+	VPMADDUBSW      132(DX), Z2, Z18
+	VPSUBW          Z18, Z16, Z16
+	VPDPWSSD        Z16, Z17, Z14
+	VPANDD          Z9, Z15, Z15
+	VPSRLVW         Z10, Z15, Z15
+	VPSRLW          $0x04, Z13, Z13
+	VPTERNLOGD      $0xf8, Z1, Z13, Z15
+	VPERMW          Z11, Z6, Z13
+	VPMADDUBSW      196(DX), Z15, Z15
+	VPMADDUBSW      196(DX), Z2, Z16
+	VPSUBW          Z16, Z15, Z15
+	VPDPWSSD        Z15, Z13, Z12
+	VPADDD          Z12, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z14, Y11
+	VPADDD          Y11, Y14, Y11
 	MOVWLZX         208(CX), BX
-	VMOVD           BX, X5
-	VCVTPH2PS       X5, X5
-	VMULSS          (DX), X5, X5
-	VBROADCASTSS    X5, Y5
-	VCVTDQ2PS       Y4, Y4
-	VMOVUPS         (SP), Y6
-	VFMADD231PS     Y4, Y5, Y6
-	VMOVUPS         Y6, (SP)
+	VMOVD           BX, X12
+	VCVTPH2PS       X12, X12
+	VMULSS          (DX), X12, X12
+	VBROADCASTSS    X12, Y12
+	VCVTDQ2PS       Y11, Y11
+	VFMADD231PS     Y11, Y12, Y0
 	ADDQ            $0x000000d2, CX
 	ADDQ            $0x00000124, DX
 	DECQ            AX
@@ -6604,14 +6948,13 @@ q6kDot1VNNI_blk:
 
 q6kDot1VNNI_done:
 	MOVQ          out+32(FP), AX
-	VMOVUPS       (SP), Y0
 	VEXTRACTF32X4 $0x01, Y0, X1
 	VADDPS        X0, X1, X1
 	VMOVHLPS      X1, X1, X0
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VZEROUPPER
@@ -6895,7 +7238,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VMOVUPS       32(SP), Y0
@@ -6905,7 +7248,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 4(AX)
 	VMOVUPS       64(SP), Y0
@@ -6915,7 +7258,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 8(AX)
 	VMOVUPS       96(SP), Y0
@@ -6925,7 +7268,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 12(AX)
 	VMOVUPS       128(SP), Y0
@@ -6935,7 +7278,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 16(AX)
 	VMOVUPS       160(SP), Y0
@@ -6945,7 +7288,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 20(AX)
 	VMOVUPS       192(SP), Y0
@@ -6955,7 +7298,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 24(AX)
 	VMOVUPS       224(SP), Y0
@@ -6965,7 +7308,7 @@ q6kDot8VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 28(AX)
 	VZEROUPPER
@@ -7169,7 +7512,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7185,7 +7528,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       80(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7201,7 +7544,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       128(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7217,7 +7560,7 @@ q4kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       176(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -7463,7 +7806,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -7474,7 +7817,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        80(SP), X0, X0
 	VMOVSS        X0, 4(AX)
@@ -7485,7 +7828,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        128(SP), X0, X0
 	VMOVSS        X0, 8(AX)
@@ -7496,7 +7839,7 @@ q5kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        176(SP), X0, X0
 	VMOVSS        X0, 12(AX)
@@ -7921,7 +8264,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VMOVUPS       32(SP), Y0
@@ -7931,7 +8274,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 4(AX)
 	VMOVUPS       64(SP), Y0
@@ -7941,7 +8284,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 8(AX)
 	VMOVUPS       96(SP), Y0
@@ -7951,7 +8294,7 @@ q6kDot4VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 12(AX)
 	VZEROUPPER
@@ -8097,7 +8440,7 @@ q4kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -8113,7 +8456,7 @@ q4kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       80(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -8293,7 +8636,7 @@ q5kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -8304,7 +8647,7 @@ q5kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        80(SP), X0, X0
 	VMOVSS        X0, 4(AX)
@@ -8595,7 +8938,7 @@ q6kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	VMOVUPS       32(SP), Y0
@@ -8605,7 +8948,7 @@ q6kDot2VNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, 4(AX)
 	VZEROUPPER
@@ -8743,7 +9086,7 @@ q4kRowsAVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVUPS      32(SP), X1
 	VMOVHLPS     X1, X1, X2
@@ -8937,7 +9280,7 @@ q5kRowsAVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VADDSS       32(SP), X0, X0
 	VMOVSS       X0, (AX)
@@ -9260,7 +9603,7 @@ q6kRowsAVX2_done:
 	VADDPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
-	VMOVSS       kqconst<>+2144(SB), X0
+	VMOVSS       kqconst<>+2528(SB), X0
 	VADDSS       X1, X0, X0
 	VMOVSS       X0, (AX)
 	ADDQ         $0x04, AX
@@ -9388,7 +9731,7 @@ q4kRowsVNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VMOVUPS       32(SP), X1
 	VMOVHLPS      X1, X1, X2
@@ -9546,7 +9889,7 @@ q5kRowsVNNI_done:
 	VADDPS        X0, X1, X1
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
-	VMOVSS        kqconst<>+2144(SB), X0
+	VMOVSS        kqconst<>+2528(SB), X0
 	VADDSS        X1, X0, X0
 	VADDSS        32(SP), X0, X0
 	VMOVSS        X0, (AX)
@@ -9562,7 +9905,7 @@ q5kRowsVNNI_end:
 
 // func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q4kr8RowsVNNI(SB), NOSPLIT, $48-48
+TEXT ·q4kr8RowsVNNI(SB), NOSPLIT, $0-48
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9573,11 +9916,17 @@ q4kr8RowsVNNI_row:
 	MOVQ      nb+0(FP), BX
 	MOVQ      DX, SI
 	MOVQ      x+24(FP), DI
-	VXORPS    Y0, Y0, Y0
-	VMOVUPS   Y0, (SP)
-	VMOVUPS   X0, 32(SP)
+	VXORPS    X0, X0, X0
 	VMOVDQU64 kqconst<>+1120(SB), Z1
 	VMOVDQU64 kqconst<>+1312(SB), Z2
+	VMOVDQU64 kqconst<>+2336(SB), Z3
+	VMOVDQU64 kqconst<>+2400(SB), Z4
+	VMOVDQU64 kqconst<>+2464(SB), Z5
+	VMOVDQU64 kqconst<>+1504(SB), Z6
+	VMOVDQU64 kqconst<>+1568(SB), Z7
+	VMOVDQU64 kqconst<>+1632(SB), Z8
+	VMOVDQU64 kqconst<>+1696(SB), Z9
+	VMOVDQU   kqconst<>+1760(SB), Y10
 	TESTQ     BX, BX
 	JZ        q4kr8RowsVNNI_done
 
@@ -9585,106 +9934,68 @@ q4kr8RowsVNNI_blk:
 	PREFETCHT0      2048(SI)
 	PREFETCHT0      2112(SI)
 	PREFETCHT0      2176(SI)
-	MOVL            4(SI), R8
-	MOVL            8(SI), R9
-	MOVL            12(SI), R10
-	MOVL            R10, R11
-	SHRL            $0x04, R11
-	ANDL            $0x0f0f0f0f, R11
-	MOVL            R9, R12
-	SHRL            $0x06, R12
-	ANDL            $0x03030303, R12
-	SHLL            $0x04, R12
-	ORL             R12, R11
-	SHLQ            $0x20, R11
-	MOVL            R9, R12
-	ANDL            $0x3f3f3f3f, R12
-	ORQ             R12, R11
-	ANDL            $0x0f0f0f0f, R10
-	MOVL            R8, R12
-	SHRL            $0x06, R12
-	ANDL            $0x03030303, R12
-	SHLL            $0x04, R12
-	ORL             R12, R10
-	SHLQ            $0x20, R10
-	ANDL            $0x3f3f3f3f, R8
-	ORQ             R10, R8
-	VMOVQ           R8, X0
-	VPINSRQ         $0x01, R11, X0, X0
-	VPMOVZXBW       X0, Y0
-	VEXTRACTI32X4   $0x01, Y0, X3
-	VPXORD          Z4, Z4, Z4
-	VBROADCASTI64X4 16(SI), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1504(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      4(DI), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VBROADCASTI64X4 48(SI), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1568(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      68(DI), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VBROADCASTI64X4 80(SI), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1632(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      132(DI), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VBROADCASTI64X4 112(SI), Z5
-	VPSRLVW         Z2, Z5, Z5
-	VPANDD          Z1, Z5, Z5
-	VMOVDQU64       kqconst<>+1696(SB), Z6
-	VPERMW          Z0, Z6, Z6
-	VPMADDUBSW      196(DI), Z5, Z5
-	VPDPWSSD        Z5, Z6, Z4
-	VEXTRACTI64X4   $0x01, Z4, Y0
-	VPADDD          Y0, Y4, Y5
-	VMOVSS          (SI), X0
-	VCVTPH2PS       X0, X0
-	VBROADCASTSS    (DI), X6
-	VMULPS          X0, X6, X6
-	VMOVSHDUP       X6, X7
-	VMOVDQU         260(DI), X0
-	VPHADDW         276(DI), X0, X0
-	VPMADDWD        X0, X3, X0
-	VMOVDQA64       X0, X0
-	VPSHUFD         $0x4e, X0, X3
-	VPADDD          X3, X0, X0
-	VPSHUFD         $0xb1, X0, X3
-	VPADDD          X3, X0, X0
-	VCVTDQ2PS       X0, X0
-	VMOVSS          32(SP), X3
-	VFMADD231SS     X0, X7, X3
-	VMOVSS          X3, 32(SP)
-	VEXTRACTI32X4   $0x01, Y5, X0
-	VPADDD          X0, X5, X0
-	VPSHUFD         $0x4e, X0, X3
-	VPADDD          X3, X0, X0
-	VPSHUFD         $0xb1, X0, X3
-	VPADDD          X3, X0, X0
-	VCVTDQ2PS       X0, X0
-	VMOVSS          (SP), X3
-	VFMADD231SS     X0, X6, X3
-	VMOVSS          X3, (SP)
+	VPMOVZXBW       (SI), Y11
+	VPERMW          Z11, Z3, Z11
+	VPSRLVW         Z4, Z11, Z11
+	VPANDD          Z5, Z11, Z11
+	VEXTRACTI64X4   $0x01, Z11, Y12
+	VPORD           Y12, Y11, Y12
+	VBROADCASTI64X4 16(SI), Z13
+	VPSRLVW         Z2, Z13, Z13
+	VPANDD          Z1, Z13, Z13
+	VPERMW          Z12, Z6, Z14
+	VPMADDUBSW      4(DI), Z13, Z13
+	VPMADDWD        Z13, Z14, Z13
+	VBROADCASTI64X4 48(SI), Z14
+	VPSRLVW         Z2, Z14, Z14
+	VPANDD          Z1, Z14, Z14
+	VPERMW          Z12, Z7, Z15
+	VPMADDUBSW      68(DI), Z14, Z14
+	VPMADDWD        Z14, Z15, Z14
+	VBROADCASTI64X4 80(SI), Z15
+	VPSRLVW         Z2, Z15, Z15
+	VPANDD          Z1, Z15, Z15
+	VPERMW          Z12, Z8, Z16
+	VPMADDUBSW      132(DI), Z15, Z15
+	VPDPWSSD        Z15, Z16, Z13
+	VBROADCASTI64X4 112(SI), Z15
+	VPSRLVW         Z2, Z15, Z15
+	VPANDD          Z1, Z15, Z15
+	VPERMW          Z12, Z9, Z16
+	VPMADDUBSW      196(DI), Z15, Z15
+	VPDPWSSD        Z15, Z16, Z14
+	VPADDD          Z14, Z13, Z13
+	VEXTRACTI64X4   $0x01, Z13, Y11
+	VPADDD          Y13, Y11, Y11
+	VPERMW          Y12, Y10, Y12
+	VPMADDWD        260(DI), Y12, Y12
+	VPUNPCKLDQ      Y12, Y11, Y13
+	VPUNPCKHDQ      Y12, Y11, Y11
+	VPADDD          Y11, Y13, Y13
+	VPSHUFD         $0x4e, Y13, Y11
+	VPADDD          Y11, Y13, Y13
+	VEXTRACTI32X4   $0x01, Y13, X11
+	VPADDD          X13, X11, X11
+	VCVTDQ2PS       X11, X11
+	VMOVSS          (SI), X12
+	VCVTPH2PS       X12, X12
+	VBROADCASTSS    (DI), X13
+	VMULPS          X12, X13, X13
+	VFMADD231PS     X11, X13, X0
 	ADDQ            $0x00000090, SI
 	ADDQ            $0x00000124, DI
 	DECQ            BX
 	JNZ             q4kr8RowsVNNI_blk
 
 q4kr8RowsVNNI_done:
-	VMOVSS (SP), X0
-	VSUBSS 32(SP), X0, X0
-	VMOVSS X0, (AX)
-	ADDQ   $0x04, AX
-	MOVQ   wstride+16(FP), BX
-	ADDQ   BX, DX
-	DECQ   CX
-	JNZ    q4kr8RowsVNNI_row
+	VMOVSHDUP X0, X1
+	VSUBSS    X1, X0, X0
+	VMOVSS    X0, (AX)
+	ADDQ      $0x04, AX
+	MOVQ      wstride+16(FP), BX
+	ADDQ      BX, DX
+	DECQ      CX
+	JNZ       q4kr8RowsVNNI_row
 
 q4kr8RowsVNNI_end:
 	VZEROUPPER
@@ -9692,7 +10003,7 @@ q4kr8RowsVNNI_end:
 
 // func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q6kRowsVNNI(SB), NOSPLIT, $32-48
+TEXT ·q6kRowsVNNI(SB), NOSPLIT, $0-48
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9704,10 +10015,16 @@ q6kRowsVNNI_row:
 	MOVQ      DX, SI
 	MOVQ      x+24(FP), DI
 	VXORPS    Y0, Y0, Y0
-	VMOVUPS   Y0, (SP)
-	VMOVDQU64 kqconst<>+1120(SB), Z0
-	VMOVDQU64 kqconst<>+1184(SB), Z2
-	VMOVDQU64 kqconst<>+1248(SB), Z3
+	VMOVDQU64 kqconst<>+1120(SB), Z1
+	VMOVDQU64 kqconst<>+1248(SB), Z2
+	VMOVDQU64 kqconst<>+1888(SB), Z3
+	VMOVDQU64 kqconst<>+1952(SB), Z4
+	VMOVDQU64 kqconst<>+2016(SB), Z5
+	VMOVDQU64 kqconst<>+2080(SB), Z6
+	VMOVDQU64 kqconst<>+2144(SB), Z7
+	VMOVDQU64 kqconst<>+2272(SB), Z8
+	VMOVDQU64 kqconst<>+2208(SB), Z9
+	VMOVDQU64 kqconst<>+1376(SB), Z10
 	TESTQ     BX, BX
 	JZ        q6kRowsVNNI_done
 
@@ -9716,84 +10033,69 @@ q6kRowsVNNI_blk:
 	PREFETCHT0      2112(SI)
 	PREFETCHT0      2176(SI)
 	PREFETCHT0      2240(SI)
-	VPMOVSXBW       192(SI), Y4
-	VPXORD          Z1, Z1, Z1
-	VMOVDQU64       (SI), Z5
-	VBROADCASTI64X4 128(SI), Z6
-	VPANDD          Z0, Z5, Z7
-	VPSRLVW         kqconst<>+1376(SB), Z6, Z8
-	VPANDD          Z2, Z8, Z8
-	VPSLLW          $0x04, Z8, Z8
-	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+1888(SB), Z8
-	VPERMW          Z4, Z8, Z8
-	VPMADDUBSW      4(DI), Z7, Z7
-	VPMADDUBSW      4(DI), Z3, Z9
-	VPSUBW          Z9, Z7, Z7
-	VPDPWSSD        Z7, Z8, Z1
-	VPSRLW          $0x04, Z5, Z5
-	VPANDD          Z0, Z5, Z5
-	VPSRLVW         kqconst<>+1440(SB), Z6, Z6
-	VPANDD          Z2, Z6, Z6
-	VPSLLW          $0x04, Z6, Z6
-	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+1952(SB), Z6
-	VPERMW          Z4, Z6, Z6
-	VPMADDUBSW      68(DI), Z5, Z5
-	VPMADDUBSW      68(DI), Z3, Z7
-	VPSUBW          Z7, Z5, Z5
-	VPDPWSSD        Z5, Z6, Z1
-	VMOVDQU64       64(SI), Z5
-	VBROADCASTI64X4 160(SI), Z6
-	VPANDD          Z0, Z5, Z7
-	VPSRLVW         kqconst<>+1376(SB), Z6, Z8
-	VPANDD          Z2, Z8, Z8
-	VPSLLW          $0x04, Z8, Z8
-	VPORD           Z8, Z7, Z7
-	VMOVDQU64       kqconst<>+2016(SB), Z8
-	VPERMW          Z4, Z8, Z8
-	VPMADDUBSW      132(DI), Z7, Z7
-	VPMADDUBSW      132(DI), Z3, Z9
-	VPSUBW          Z9, Z7, Z7
-	VPDPWSSD        Z7, Z8, Z1
-	VPSRLW          $0x04, Z5, Z5
-	VPANDD          Z0, Z5, Z5
-	VPSRLVW         kqconst<>+1440(SB), Z6, Z6
-	VPANDD          Z2, Z6, Z6
-	VPSLLW          $0x04, Z6, Z6
-	VPORD           Z6, Z5, Z5
-	VMOVDQU64       kqconst<>+2080(SB), Z6
-	VPERMW          Z4, Z6, Z6
-	VPMADDUBSW      196(DI), Z5, Z5
-	VPMADDUBSW      196(DI), Z3, Z7
-	VPSUBW          Z7, Z5, Z5
-	VPDPWSSD        Z5, Z6, Z1
-	VEXTRACTI64X4   $0x01, Z1, Y4
-	VPADDD          Y4, Y1, Y4
+	VPMOVSXBW       192(SI), Y11
+	VMOVDQU64       (SI), Z12
+	VBROADCASTI64X4 128(SI), Z13
+	VPANDD          Z7, Z13, Z14
+	VPSLLVW         Z8, Z14, Z14
+	VPTERNLOGD      $0xf8, Z1, Z12, Z14
+	VPERMW          Z11, Z3, Z15
+	VPMADDUBSW      4(DI), Z14, Z14
+	VPMADDUBSW      4(DI), Z2, Z16
+	VPSUBW          Z16, Z14, Z14
+	VPMADDWD        Z14, Z15, Z14
+	VPANDD          Z9, Z13, Z13
+	VPSRLVW         Z10, Z13, Z13
+	VPSRLW          $0x04, Z12, Z12
+	VPTERNLOGD      $0xf8, Z1, Z12, Z13
+	VPERMW          Z11, Z4, Z12
+	VPMADDUBSW      68(DI), Z13, Z13
+	VPMADDUBSW      68(DI), Z2, Z15
+	VPSUBW          Z15, Z13, Z13
+	VPMADDWD        Z13, Z12, Z12
+	VMOVDQU64       64(SI), Z13
+	VBROADCASTI64X4 160(SI), Z15
+	VPANDD          Z7, Z15, Z16
+	VPSLLVW         Z8, Z16, Z16
+	VPTERNLOGD      $0xf8, Z1, Z13, Z16
+	VPERMW          Z11, Z5, Z17
+	VPMADDUBSW      132(DI), Z16, Z16
+	VPMADDUBSW      132(DI), Z2, Z18
+	VPSUBW          Z18, Z16, Z16
+	VPDPWSSD        Z16, Z17, Z14
+	VPANDD          Z9, Z15, Z15
+	VPSRLVW         Z10, Z15, Z15
+	VPSRLW          $0x04, Z13, Z13
+	VPTERNLOGD      $0xf8, Z1, Z13, Z15
+	VPERMW          Z11, Z6, Z13
+	VPMADDUBSW      196(DI), Z15, Z15
+	VPMADDUBSW      196(DI), Z2, Z16
+	VPSUBW          Z16, Z15, Z15
+	VPDPWSSD        Z15, Z13, Z12
+	VPADDD          Z12, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z14, Y11
+	VPADDD          Y11, Y14, Y11
 	MOVWLZX         208(SI), R8
-	VMOVD           R8, X5
-	VCVTPH2PS       X5, X5
-	VMULSS          (DI), X5, X5
-	VBROADCASTSS    X5, Y5
-	VCVTDQ2PS       Y4, Y4
-	VMOVUPS         (SP), Y6
-	VFMADD231PS     Y4, Y5, Y6
-	VMOVUPS         Y6, (SP)
+	VMOVD           R8, X12
+	VCVTPH2PS       X12, X12
+	VMULSS          (DI), X12, X12
+	VBROADCASTSS    X12, Y12
+	VCVTDQ2PS       Y11, Y11
+	VFMADD231PS     Y11, Y12, Y0
 	ADDQ            $0x000000d2, SI
 	ADDQ            $0x00000124, DI
 	DECQ            BX
 	JNZ             q6kRowsVNNI_blk
 
 q6kRowsVNNI_done:
-	VMOVUPS       (SP), Y0
-	VEXTRACTF32X4 $0x01, Y0, X2
-	VADDPS        X0, X2, X2
-	VMOVHLPS      X2, X2, X0
-	VADDPS        X0, X2, X2
-	VMOVSHDUP     X2, X0
-	VADDSS        X0, X2, X2
-	VMOVSS        kqconst<>+2144(SB), X0
-	VADDSS        X2, X0, X0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        kqconst<>+2528(SB), X0
+	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
 	ADDQ          $0x04, AX
 	MOVQ          wstride+16(FP), BX
@@ -9912,9 +10214,9 @@ q8k_found:
 	BSFL         SI, DI
 	ADDQ         DI, BX
 	VMOVSS       (CX)(BX*4), X0
-	VMOVSS       kqconst<>+2148(SB), X1
+	VMOVSS       kqconst<>+2532(SB), X1
 	VDIVSS       X0, X1, X1
-	VMOVSS       kqconst<>+2152(SB), X0
+	VMOVSS       kqconst<>+2536(SB), X0
 	VDIVSS       X1, X0, X0
 	VMOVSS       X0, (DX)
 	VBROADCASTSS X1, Y0

@@ -136,6 +136,46 @@ func constants() {
 	for i := 0; i < 4; i++ {
 		vec64(fmt.Sprintf("s6p%d", i), words(func(w int) int { return 4*i + w/8 }))
 	}
+	// Q6_K's qh bits of each half (half 0: bits 0-1 | 2-3, half 1: 4-5 |
+	// 6-7 of the low | high 32 bytes), masked in place so the word shifts
+	// (sll42, srl02) move them to bits 4-5 without crossing bytes
+	bytes2 := func(a, b byte) (v [64]byte) {
+		for i := range v {
+			v[i] = a
+			if i >= 32 {
+				v[i] = b
+			}
+		}
+		return
+	}
+	vec64("q6hm0", bytes2(0x03, 0x0c))
+	vec64("q6hm1", bytes2(0x30, 0xc0))
+	vec64("sll42", words(func(w int) int { return 4 - 2*(w/16) }))
+	// Q4_K's scale bytes unpacked in vector registers (q4kScales512): the
+	// words of bytes 0..15 of the block (s[k] = word 4+k) permuted so that
+	// words 0..15 hold sc0..7, mn0..7 before their high bits and words
+	// 16..31 those high bits (word 16 is zero), then shifted and masked.
+	k4u := [32]int{4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15,
+		16, 16, 16, 16, 4, 5, 6, 7, 16, 16, 16, 16, 8, 9, 10, 11}
+	vec64("k4u", words(func(w int) int { return k4u[w] }))
+	vec64("k4ucnt", words(func(w int) int {
+		switch {
+		case w >= 16:
+			return 2 // (s>>6)<<4 = (s>>2)&0x30
+		case w >= 12:
+			return 4
+		}
+		return 0
+	}))
+	vec64("k4umask", words(func(w int) int {
+		switch {
+		case w >= 16:
+			return 0x30
+		case w >= 4 && w < 8, w >= 12:
+			return 15
+		}
+		return 63
+	}))
 	for _, f := range []struct {
 		name string
 		v    uint32
@@ -784,6 +824,10 @@ func fold512(z []VecVirtual) []VecVirtual {
 // activation bytes, and VPDPWSSD does _mm256_madd_epi16 by the scale and
 // the add in one step (exact integers, so the same lanes).
 func q4k512(name string, t kq, x int) {
+	if t.repack && x == 1 {
+		q4kr8One512(name)
+		return
+	}
 	doc(name, t.order, x)
 	frame := AllocLocal(48 * x)
 	nb, w := begin(name)
@@ -837,6 +881,109 @@ func q4k512(name string, t kq, x int) {
 	}
 	Label(name + "_done")
 	finish(frame, x, minsOf(t))
+}
+
+// q4kScales512 is q4kScales in vector registers (constants k4u*): one
+// VPERMW of the block's first 16 bytes as words, one shift and one mask
+// give the low bits (words 0..15) and high bits (16..31) of sc0..7, mn0..7,
+// and an OR of the halves joins them: the same 16 words, with a few short
+// vector ops in place of the scalar chain and its GPR-to-vector moves.
+func q4kScales512(w Register, idx, cnt, mask VecVirtual) VecVirtual {
+	b := ZMM()
+	VPMOVZXBW(Mem{Base: w}, b.AsY()) // words 16..31 zero
+	VPERMW(b, idx, b)
+	VPSRLVW(cnt, b, b)
+	VPANDD(mask, b, b)
+	hi, sc := YMM(), YMM()
+	VEXTRACTI64X4(U8(1), b, hi)
+	VPORD(hi, b.AsY(), sc)
+	return sc
+}
+
+// q4kr8One512 is the repack order's one-row body (Dot1 and Rows, decode)
+// in fewer instructions per block (decode runs it compute-bound): the
+// scales unpacked in vectors (q4kScales512), the loop-invariant permutation
+// indexes in registers, two VPDPWSSD chains, and one reduction for both the
+// block sum and its mins term (the mins as one VPMADDWD of the 16 bsums by
+// each min twice: the same integer as the hadd/madd, as a pair of Q8_K
+// bsums never leaves int16). The two f32 accumulators are lanes 0 and 1 of
+// one register, [acc, accm] = fma([s, m], [d·y.d, dmin·y.d], [acc, accm]):
+// lane by lane the FMAs of repackEpilogue, and no frame round trip per
+// block. (Two weight rows interleaved per block measured slower from DRAM:
+// 13 against 17 GB/s on one thread, so Rows keeps one row at a time.)
+func q4kr8One512(name string) {
+	doc(name, kQ4r8.order, 1)
+	nb, w := begin(name)
+	x := Load(Param("x"), GP64()).(GPVirtual)
+	acc := XMM()
+	VXORPS(acc, acc, acc)
+	m4, srl, ui, uc, um := ZMM(), ZMM(), ZMM(), ZMM(), ZMM()
+	VMOVDQU64(c("m4z"), m4)
+	VMOVDQU64(c("srl04"), srl)
+	VMOVDQU64(c("k4u"), ui)
+	VMOVDQU64(c("k4ucnt"), uc)
+	VMOVDQU64(c("k4umask"), um)
+	var pi [4]VecVirtual
+	for j := range pi {
+		pi[j] = ZMM()
+		VMOVDQU64(c(fmt.Sprintf("k4p%d", j)), pi[j])
+	}
+	mi := YMM()
+	VMOVDQU(c("k4mn2"), mi) // words 0..15: mn0,mn0,mn1,mn1,…
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_blk")
+	{
+		prefetchW(w, q4kBytes, 1)
+		scales := q4kScales512(w, ui, uc, um)
+		var s [2]VecVirtual
+		for j := 0; j < 4; j++ {
+			q, sc, p := ZMM(), ZMM(), ZMM()
+			VBROADCASTI64X4(Mem{Base: w, Disp: kQ4r8.qs + 32*j}, q)
+			VPSRLVW(srl, q, q)
+			VPANDD(m4, q, q)
+			VPERMW(scales.AsZ(), pi[j], sc)
+			VPMADDUBSW(Mem{Base: x, Disp: 4 + 64*j}, q, p)
+			if j < 2 {
+				s[j] = ZMM()
+				VPMADDWD(p, sc, s[j])
+			} else {
+				VPDPWSSD(p, sc, s[j%2])
+			}
+		}
+		// a: the block's 8-lane sum; b: its mins products
+		a, b, md, lo, hi := YMM(), YMM(), YMM(), YMM(), YMM()
+		VPADDD(s[1], s[0], s[0])
+		VEXTRACTI64X4(U8(1), s[0], a)
+		VPADDD(s[0].AsY(), a, a)
+		VPERMW(scales, mi, md)
+		VPMADDWD(Mem{Base: x, Disp: 260}, md, b)
+		VPUNPCKLDQ(b, a, lo) // a0 b0 a1 b1 | a4 b4 a5 b5
+		VPUNPCKHDQ(b, a, hi)
+		VPADDD(hi, lo, lo)
+		VPSHUFD(U8(0x4e), lo, hi)
+		VPADDD(hi, lo, lo)
+		t := XMM()
+		VEXTRACTI32X4(U8(1), lo, t)
+		VPADDD(lo.AsX(), t, t) // [Σa, Σb, …]
+		VCVTDQ2PS(t, t)
+		wd, dd := XMM(), XMM()
+		VMOVSS(Mem{Base: w}, wd)
+		VCVTPH2PS(wd, wd)
+		VBROADCASTSS(Mem{Base: x}, dd)
+		VMULPS(wd, dd, dd) // y.d·d, y.d·dmin
+		VFMADD231PS(t, dd, acc)
+		ADDQ(U32(q4kBytes), w)
+		ADDQ(U32(q8kBytes), x)
+		DECQ(nb)
+		JNZ(LabelRef(name + "_blk"))
+	}
+	Label(name + "_done")
+	out, m := outPtr(), XMM()
+	VMOVSHDUP(acc, m)
+	VSUBSS(m, acc, acc) // acc - accm
+	VMOVSS(acc, Mem{Base: out})
+	ret()
 }
 
 // repackEpilogue2x8 is repackEpilogue8 for the 2×8 tile, in zmm (every
@@ -1003,6 +1150,10 @@ func q4kr8Tile2x8(name string) {
 // give values 0..63 of a half by their low nibbles and 64..127 by their
 // high ones), VPDPWSSD for the scale madd and add.
 func q6k512(name string, x int) {
+	if x == 1 {
+		q6kOne512(name)
+		return
+	}
 	doc(name, "DotQ6_KAVX2", x)
 	frame := AllocLocal(32 * x)
 	nb, w := begin(name)
@@ -1064,6 +1215,94 @@ func q6k512(name string, x int) {
 	}
 	Label(name + "_done")
 	finish(frame, x, 0)
+}
+
+// q6kOne512 is q6k512's one-row body (Dot1 and Rows, decode) in fewer
+// instructions per block: the qh bits masked in place and shifted to bits
+// 4-5, so one VPTERNLOGD ORs them onto the masked nibbles (three or four
+// ops where there were five or six), the scale permutation indexes in
+// registers, two VPDPWSSD chains (integers: the same lanes), and the eight
+// f32 lanes in a register instead of the frame.
+func q6kOne512(name string) {
+	doc(name, "DotQ6_KAVX2", 1)
+	nb, w := begin(name)
+	x := Load(Param("x"), GP64()).(GPVirtual)
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	m4, m32 := ZMM(), ZMM()
+	VMOVDQU64(c("m4z"), m4)
+	VMOVDQU64(c("m32z"), m32)
+	var hm, hs, pi [4]VecVirtual
+	for i := range pi {
+		pi[i] = ZMM()
+		VMOVDQU64(c(fmt.Sprintf("s6p%d", i)), pi[i])
+	}
+	for h := 0; h < 2; h++ {
+		hm[h], hs[h] = ZMM(), ZMM()
+		VMOVDQU64(c(fmt.Sprintf("q6hm%d", h)), hm[h])
+		VMOVDQU64(c([]string{"sll42", "srl02"}[h]), hs[h])
+	}
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_blk")
+	{
+		prefetchW(w, q6kBytes, 1)
+		sc16 := ZMM()
+		VPMOVSXBW(Mem{Base: w, Disp: 192}, sc16.AsY()) // 16 words
+		var s [2]VecVirtual
+		for j := 0; j < 2; j++ {
+			ql, qh := ZMM(), ZMM()
+			VMOVDQU64(Mem{Base: w, Disp: 64 * j}, ql)
+			VBROADCASTI64X4(Mem{Base: w, Disp: 128 + 32*j}, qh)
+			for half := 0; half < 2; half++ { // values 128j+64half ..+63
+				h, sc, p, m := ZMM(), ZMM(), ZMM(), ZMM()
+				VPANDD(hm[half], qh, h)
+				var lo VecVirtual = ql
+				if half == 0 {
+					VPSLLVW(hs[half], h, h) // bits 0-1 | 2-3 to 4-5
+				} else {
+					VPSRLVW(hs[half], h, h) // bits 4-5 | 6-7 to 4-5
+					lo = ZMM()
+					VPSRLW(U8(4), ql, lo)
+				}
+				q := h
+				VPTERNLOGD(U8(0xf8), m4, lo, q) // q = h | (lo & m4)
+				VPERMW(sc16, pi[2*j+half], sc)
+				o := 4 + 128*j + 64*half
+				VPMADDUBSW(Mem{Base: x, Disp: o}, q, p)
+				VPMADDUBSW(Mem{Base: x, Disp: o}, m32, m)
+				VPSUBW(m, p, p)
+				if k := 2*j + half; k < 2 {
+					s[k] = ZMM()
+					VPMADDWD(p, sc, s[k])
+				} else {
+					VPDPWSSD(p, sc, s[k%2])
+				}
+			}
+		}
+		VPADDD(s[1], s[0], s[0])
+		sumi := fold512(s[:1])[0]
+		wd, d, dv := XMM(), XMM(), YMM()
+		hb := GP32()
+		MOVWLZX(Mem{Base: w, Disp: 208}, hb)
+		VMOVD(hb, wd)
+		VCVTPH2PS(wd, wd)
+		VMULSS(Mem{Base: x}, wd, d)
+		VBROADCASTSS(d, dv)
+		VCVTDQ2PS(sumi, sumi)
+		VFMADD231PS(sumi, dv, acc)
+		ADDQ(U32(q6kBytes), w)
+		ADDQ(U32(q8kBytes), x)
+		DECQ(nb)
+		JNZ(LabelRef(name + "_blk"))
+	}
+	Label(name + "_done")
+	out, h, t := outPtr(), XMM(), XMM()
+	hsum8(acc, h)
+	VMOVSS(c("f0"), t)
+	VADDSS(h, t, t)
+	VMOVSS(t, Mem{Base: out})
+	ret()
 }
 
 func main() {
