@@ -2,8 +2,9 @@ package ops
 
 import k "github.com/jitllm/jitllm/dsl/kernel"
 
-// Integer warp mat-vecs: the activation quantized to Q8_K bytes on the
-// device (QuantizeQ8_K: int8 quants and a scale a block of 256), the weight
+// Integer warp mat-vecs: the activation quantized to its partner type's
+// bytes on the device (QuantizeQ8_K: int8 quants and a scale a block of
+// 256; QuantizeQ8_0: a block of 32), the weight
 // quants multiplied with them four at a time (k.Dot4, the GPU's dp4a) and
 // summed in integers per sub-block, as ggml's k-quant dots do; only each
 // unit's scaled partial is a float, summed over the warp. Against
@@ -40,13 +41,16 @@ func QuantizeQ8_K() *k.Kernel {
 	return b.MustBuild()
 }
 
-// dotUnit returns unit s of weight block blk dotted with the block's Q8_K
-// quants xb (a 256-byte window), unscaled by the activation's d: an F32.
+// dotUnit returns unit s of weight block blk dotted with the block's
+// activation quants xb (a qk-byte window), unscaled by the activation's d:
+// an F32.
 type dotUnit func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr
 
+// dotCut is a weight block of qk values (and its activation block: the
+// same qk) in bytes, cut into units.
 type dotCut struct {
-	bytes, units int
-	unit         dotUnit
+	qk, bytes, units int
+	unit             dotUnit
 }
 
 const lowNibbles, ones = 0x0f0f0f0f, 0x01010101
@@ -63,7 +67,7 @@ func i32c(v int) k.Expr { return k.Const(k.I32, v) }
 
 // Q4_K unit s (8 a block): bytes 4s..4s+3 of each 32-byte quant group j,
 // the values 64j+4s.. (low nibbles) and 64j+32+4s.. (high).
-var dotQ4_KCut = dotCut{144, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
+var dotQ4_KCut = dotCut{256, 144, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
 	l4 := b.Let("l4", s.Mul(4))
 	sum, mins := i32c(0), i32c(0)
 	for j := 0; j < 4; j++ {
@@ -86,7 +90,7 @@ var dotQ4_KCut = dotCut{144, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.E
 // Q6_K unit s (8 a block): l = 4s..4s+3 of both 128-value halves n, the
 // values 128n+32t+l (t = 0..3: ql, ql+32 low then high nibbles, with qh's
 // bit pairs 2t) under scale 8n+2t+s/4.
-var dotQ6_KCut = dotCut{210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
+var dotQ6_KCut = dotCut{256, 210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
 	l := b.Let("l", s.Mul(4))
 	is := b.Let("is", s.Div(4))
 	sum := i32c(0)
@@ -111,12 +115,48 @@ var dotQ6_KCut = dotCut{210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.E
 	return blk.F16(208).Mul(sum.Cvt(k.F32))
 }}
 
-// dotCuts are the integer warp mat-vecs' cuts by weight type name.
-func dotCuts() map[string]dotCut { return map[string]dotCut{"Q4_K": dotQ4_KCut, "Q6_K": dotQ6_KCut} }
+// Q8_0 unit s (8 a block): quants 4s..4s+3, signed by signed: the
+// weights' bytes offset by 128 into Dot4's unsigned operand, the offset's
+// 128·Σx taken out again.
+var dotQ8_0Cut = dotCut{32, 34, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
+	l4 := b.Let("l4", s.Mul(4))
+	q := b.Let("q", word(blk, l4.Add(2)).Xor(u32c(0x80808080)))
+	x := b.Let("x", xb.Aligned(k.U32, l4))
+	sum := k.Dot4(q, x, i32c(0)).Sub(k.Dot4(u32c(ones), x, i32c(0)).Mul(i32c(128)))
+	return blk.F16(0).Mul(sum.Cvt(k.F32))
+}}
+
+// dotCuts are the integer warp mat-vecs' cuts by weight type name; their
+// activations are Q8_K (blocks of 256) or Q8_0 (32), the weight's partner.
+func dotCuts() map[string]dotCut {
+	return map[string]dotCut{"Q4_K": dotQ4_KCut, "Q6_K": dotQ6_KCut, "Q8_0": dotQ8_0Cut}
+}
+
+// QuantizeQ8_0 is QuantizeQ8_0(x []float32, xq []byte, xd []float32): each
+// block of 32 values of x quantized as QuantRoundQ8_0 quantizes it, the
+// int8 quants into xq and the f16-rounded scale into xd.
+func QuantizeQ8_0() *k.Kernel {
+	b := k.New("QuantizeQ8_0")
+	b.Doc("quantizes each block of 32 values of x to Q8_0 (x86 rounding): int8 quants into xq, the scale into xd.")
+	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
+		xb := b.View("xb", x, i.Mul(32), 32)
+		amax := b.Acc("amax", k.OpMax, k.F(0))
+		b.For("j", 0, 32, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
+		a := b.Let("a", amax.Get())
+		id := b.Let("id", k.Select(a.Ne(k.F(0)), k.F(127).Div(a), k.F(0)))
+		b.For("j", 0, 32, func(j k.Expr) {
+			b.Store(xq, i.Mul(32).Add(j), rne(xb.At(j).Mul(id)).Cvt(k.I32).Cvt(k.U8))
+		})
+		b.Store(xd, i, a.Div(127).F32ToF16().F16ToF32())
+	})
+	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
+	return b.MustBuild()
+}
 
 // DotMatVecs are the integer warp mat-vecs by weight type name,
 // MatVecDotNAME(w, xq []byte, xd, y []float32): y[r] = row r of the matrix
-// dotted with the Q8_K activation (xq, xd), a warp per row.
+// dotted with the quantized activation (xq, xd), a warp per row.
 func DotMatVecs() map[string]func() *k.Kernel { return dotForms(plainStore) }
 
 // DotMatVecsAdd are DotMatVecs with the residual added,
@@ -136,12 +176,12 @@ func dotForms(st warpStore) map[string]func() *k.Kernel {
 }
 
 func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
-	kname, doc := "MatVecDot"+name, "sets y[r] to row r of the "+name+" matrix w dotted with the Q8_K activation (xq, xd), one warp per row, in integers."
+	kname, doc := "MatVecDot"+name, "sets y[r] to row r of the "+name+" matrix w dotted with the quantized activation (xq, xd), one warp per row, in integers."
 	switch st {
 	case residualStore:
-		kname, doc = "MatVecDotAdd"+name, "sets y[r] to res[r] plus row r of the "+name+" matrix w dotted with the Q8_K activation, one warp per row."
+		kname, doc = "MatVecDotAdd"+name, "sets y[r] to res[r] plus row r of the "+name+" matrix w dotted with the quantized activation, one warp per row."
 	case siluStore:
-		kname, doc = "MatVecDotSiLU"+name, "sets y[r] to the SiLU of row r of the "+name+" matrix w dotted with the Q8_K activation, one warp per row."
+		kname, doc = "MatVecDotSiLU"+name, "sets y[r] to the SiLU of row r of the "+name+" matrix w dotted with the quantized activation, one warp per row."
 	}
 	b := k.New(kname)
 	b.Doc(doc)
@@ -158,7 +198,7 @@ func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
 		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
 			i := b.Let("i", u.Div(c.units))
 			wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
-			xb := b.View("xb", xq, i.Mul(256), 256)
+			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
 			b.Fold(sum, xd.At(i).Mul(c.unit(b, wb, xb, u.Rem(c.units))))
 		})
 		switch st {

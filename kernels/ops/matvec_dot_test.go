@@ -11,27 +11,46 @@ import (
 	"github.com/jitllm/jitllm/kernels/quant"
 )
 
-// QuantizeQ8_K's quants times its scales are QuantRoundQ8_K's values, bit
-// for bit, zero blocks included.
-func TestQuantizeQ8_K(t *testing.T) {
+// QuantizeQ8_K's and QuantizeQ8_0's quants times their scales are
+// QuantRoundQ8_K's and QuantRoundQ8_0's values, bit for bit, zero blocks
+// included.
+func TestQuantize(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	x := opstest.Floats(4*256, 3, r)
 	for j := 256; j < 512; j++ {
 		x[j] = 0
 	}
-	xq, xd := make([]byte, len(x)), make([]float32, len(x)/256)
-	if err := k.Run(ops.QuantizeQ8_K(), x, xq, xd); err != nil {
-		t.Fatal(err)
-	}
-	want := make([]float32, len(x))
-	if err := k.Run(ops.QuantRoundWarp(ops.QuantRoundQ8_K()), x, want); err != nil {
-		t.Fatal(err)
-	}
-	for j := range x {
-		if got := float32(int8(xq[j])) * xd[j/256]; math.Float32bits(got) != math.Float32bits(want[j]) {
-			t.Fatalf("value %d: %v·%v = %v, QuantRoundQ8_K %v", j, int8(xq[j]), xd[j/256], got, want[j])
+	for _, c := range []struct {
+		quantize, round *k.Kernel
+		qk              int
+	}{{ops.QuantizeQ8_K(), ops.QuantRoundQ8_K(), 256}, {ops.QuantizeQ8_0(), ops.QuantRoundQ8_0(), 32}} {
+		xq, xd := make([]byte, len(x)), make([]float32, len(x)/c.qk)
+		if err := k.Run(c.quantize, x, xq, xd); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, len(x))
+		if err := k.Run(ops.QuantRoundWarp(c.round), x, want); err != nil {
+			t.Fatal(err)
+		}
+		for j := range x {
+			if got := float32(int8(xq[j])) * xd[j/c.qk]; math.Float32bits(got) != math.Float32bits(want[j]) {
+				t.Fatalf("%s value %d: %v·%v = %v, %s %v", c.quantize.Name, j, int8(xq[j]), xd[j/c.qk], got, c.round.Name, want[j])
+			}
 		}
 	}
+}
+
+// partner quantizes x as the integer mat-vec of weight type name reads it.
+func partner(t *testing.T, name string, x []float32) (xq []byte, xd []float32) {
+	qk, kern := 256, ops.QuantizeQ8_K()
+	if name == "Q8_0" {
+		qk, kern = 32, ops.QuantizeQ8_0()
+	}
+	xq, xd = make([]byte, len(x)), make([]float32, len(x)/qk)
+	if err := k.Run(kern, x, xq, xd); err != nil {
+		t.Fatal(err)
+	}
+	return xq, xd
 }
 
 // The integer mat-vecs are the decoded weights times the quantized
@@ -41,12 +60,10 @@ func TestMatVecDot(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 18))
 	const n, out = 768, 9
 	x := opstest.Floats(n, 2, r)
-	xq, xd := make([]byte, n), make([]float32, n/256)
-	if err := k.Run(ops.QuantizeQ8_K(), x, xq, xd); err != nil {
-		t.Fatal(err)
-	}
 	res := opstest.Floats(out, 1, r)
 	for name, mk := range ops.DotMatVecs() {
+		xq, xd := partner(t, name, x)
+		qk := n / len(xd)
 		typ := opstest.Type(name)
 		var w []byte
 		for range out {
@@ -63,7 +80,7 @@ func TestMatVecDot(t *testing.T) {
 		for o := range out {
 			var want, mag float64
 			for j := range n {
-				p := float64(vals[o*n+j]) * float64(int8(xq[j])) * float64(xd[j/256])
+				p := float64(vals[o*n+j]) * float64(int8(xq[j])) * float64(xd[j/qk])
 				want += p
 				mag += math.Abs(p)
 			}

@@ -149,7 +149,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 	scores := -1      // attention scores
 	parts := -1       // split attention's pieces
 	wf16 := -1        // a prefill product's weights decoded to f16
-	q8, q8d := -1, -1 // the decode activation in Q8_K (MatVecDot*)
+	q8, q8d := -1, -1 // the decode activation's quants and scales (MatVecDot*)
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -233,21 +233,26 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 					if !ok {
 						return view{}, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
 					}
-					if dk, ok := ops.DotMatVecs()[d.Name]; ok && xr == 1 && quant.VecDotType(w.Type) == quant.Q8_K {
-						// a decode mat-vec in integers: the activation's Q8_K
-						// quants and scales, shared as the rounding is
+					qname, qmk, qk := "QuantizeQ8_K", ops.QuantizeQ8_K, 256
+					if quant.VecDotType(w.Type) == quant.Q8_0 {
+						qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
+					}
+					if dk, ok := ops.DotMatVecs()[d.Name]; ok && xr == 1 && qk == d.QK {
+						// a decode mat-vec in integers: the activation's
+						// quants and scales in its partner type, shared as
+						// the rounding is
 						if q8 < 0 {
-							q8 = p.add(alloc{name: "Q8_K activation quants", kind: kernel.U8})
-							q8d = p.add(alloc{name: "Q8_K activation scales", kind: kernel.F32})
+							q8 = p.add(alloc{name: "activation quants", kind: kernel.U8})
+							q8d = p.add(alloc{name: "activation scales", kind: kernel.F32})
 						}
 						p.allocs[q8].n = max(p.allocs[q8].n, x.n)
-						p.allocs[q8d].n = max(p.allocs[q8d].n, x.n/256)
-						xq, xd := view{q8, 0, x.n}, view{q8d, 0, x.n / 256}
-						qk := cached("QuantizeQ8_K", ops.QuantizeQ8_K)
-						if last.rk != qk || last.x != x {
-							p.call(i, qk, x, xq, xd)
+						p.allocs[q8d].n = max(p.allocs[q8d].n, x.n/qk)
+						xq, xd := view{q8, 0, x.n}, view{q8d, 0, x.n / qk}
+						quantize := cached(qname, qmk)
+						if last.rk != quantize || last.x != x {
+							p.call(i, quantize, x, xq, xd)
 						}
-						last.rk, last.x = qk, x
+						last.rk, last.x = quantize, x
 						dotIn = []any{xq, xd}
 						k = cached("MatVecDot"+d.Name, dk)
 						break
