@@ -137,7 +137,7 @@ func (m *machine) tile(s *Stmt) {
 		for j := range t.Cols() {
 			sum := acc[i*t.Cols()+j]
 			for k := range TileK {
-				sum += a[i*TileK+k] * c[j*TileK+k]
+				sum += float32(a[i*TileK+k] * c[j*TileK+k])
 			}
 			acc[i*t.Cols()+j] = sum
 		}

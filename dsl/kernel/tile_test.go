@@ -46,7 +46,7 @@ func TestTileInterpreted(t *testing.T) {
 			if j < 2 {
 				want = 0
 				for c := range k.TileK {
-					want += k.F16ToF32(k.F32ToF16(x[8+i*k.TileK+c])) * k.F16ToF32(w[j*k.TileK+c])
+					want += float32(k.F16ToF32(k.F32ToF16(x[8+i*k.TileK+c])) * k.F16ToF32(w[j*k.TileK+c]))
 				}
 			}
 			if y[i*8+j] != want {

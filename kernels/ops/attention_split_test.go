@@ -53,7 +53,7 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 			top := math.Inf(-1)
 			for j := range s {
 				for d := 0; d < hd; d++ {
-					s[j] += float64(f16r(q[tp*hd+d])) * float64(quant.F16ToF32(kc[j*dim+off+d]))
+					s[j] += float64(float64(f16r(q[tp*hd+d])) * float64(quant.F16ToF32(kc[j*dim+off+d])))
 				}
 				s[j] *= float64(c.scale)
 				top = math.Max(top, s[j])
@@ -66,7 +66,7 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 			for d := 0; d < hd; d++ {
 				var o float64
 				for j := range s {
-					o += s[j] * float64(quant.F16ToF32(vc[j*dim+off+d]))
+					o += float64(s[j] * float64(quant.F16ToF32(vc[j*dim+off+d])))
 				}
 				worst = math.Max(worst, math.Abs(float64(got[tp*hd+d])-o/sum))
 			}

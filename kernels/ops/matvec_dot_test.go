@@ -80,7 +80,7 @@ func TestMatVecDot(t *testing.T) {
 		for o := range out {
 			var want, mag float64
 			for j := range n {
-				p := float64(vals[o*n+j]) * float64(int8(xq[j])) * float64(xd[j/qk])
+				p := float64(float64(vals[o*n+j]) * float64(int8(xq[j])) * float64(xd[j/qk]))
 				want += p
 				mag += math.Abs(p)
 			}
@@ -100,7 +100,7 @@ func TestMatVecDot(t *testing.T) {
 				t.Errorf("%s Add row %d: %v, want %v", name, o, ya[o], res[o]+y[o])
 			}
 			v := y[o]
-			if want := v / (1 + float32(math.Exp(float64(-v)))); math.Abs(float64(ys[o]-want)) > 1e-6*math.Abs(float64(want))+1e-30 {
+			if want := v / (1 + float32(math.Exp(float64(-v)))); math.Abs(float64(ys[o]-want)) > float64(1e-6*math.Abs(float64(want)))+1e-30 {
 				t.Errorf("%s SiLU row %d: %v, want %v", name, o, ys[o], want)
 			}
 		}

@@ -63,12 +63,12 @@ func TestMatMulTileMatchesReference(t *testing.T) {
 			for o := range c.n {
 				var want, mag float64
 				for j := range c.cols {
-					p := float64(quant.F16ToF32(quant.F32ToF16(x[row*c.cols+j]))) * float64(quant.F16ToF32(wh[o*c.cols+j]))
+					p := float64(float64(quant.F16ToF32(quant.F32ToF16(x[row*c.cols+j]))) * float64(quant.F16ToF32(wh[o*c.cols+j])))
 					want += p
 					mag += math.Abs(p)
 				}
 				got := float64(y[row*c.n+o])
-				if math.IsNaN(got) || math.Abs(got-want) > 1e-6*mag+1e-30 {
+				if math.IsNaN(got) || math.Abs(got-want) > float64(1e-6*mag)+1e-30 {
 					t.Fatalf("%v: y[%d][%d] = %v, want %v (Σ|p| %v)", c, row, o, got, want, mag)
 				}
 			}
