@@ -88,7 +88,7 @@ func TestGPUMatchesInterpretedPlan(t *testing.T) {
 
 // Graph replay, plain launches, Truncate and LogitsAll agree: a rewound
 // sequence recomputes the same logits, and every row of LogitsAll ends in
-// the last row's logits (within rounding: one-row steps attend otherwise).
+// the last row's logits (within rounding: step shapes may pick other kernels).
 func TestGPUGraphsTruncateLogitsAll(t *testing.T) {
 	needGPU(t)
 	m := loadModel(t, "stories260K.gguf")
@@ -119,9 +119,10 @@ func TestGPUGraphsTruncateLogitsAll(t *testing.T) {
 	if len(rows) != len(prompt)*v {
 		t.Fatalf("LogitsAll gave %d values, want %d", len(rows), len(prompt)*v)
 	}
-	// LogitsAll runs one-row steps, whose attention is AttentionSplit's
-	// (f32) where a prefill step's is AttentionWarp2's (the CPU's f16
-	// accumulator): the same logits within the float tolerance
+	// LogitsAll runs one-row steps, a prompt prefill steps: the plan may
+	// pick other kernels for either (AttentionWarp2 past
+	// splitAttentionRows, tiles for quantized products), so the rows are
+	// held to the float tolerance, not to their bits
 	if d := maxDiff(want, rows[(len(prompt)-1)*v:]); d > tolerance("stories260K.gguf") {
 		t.Fatalf("LogitsAll's last row differs by %g", d)
 	}

@@ -211,7 +211,7 @@ type forwarder interface {
 // tolerance is the largest logit difference allowed between the CPU runner
 // and the GPU plan for a model. Both round activations to the same
 // quantized values and keep f16 KV values; the mat-vecs differ in the
-// order of f32 (and f64) rounding, ~1e-6 relative, decode attention
+// order of f32 (and f64) rounding, ~1e-6 relative, attention
 // (AttentionSplit) keeps its accumulator in f32 where the CPU rounds it to
 // f16 at every position, ~1e-3 relative, and prefill products of quantized
 // matrices (MatMulTile) round the decoded weights to f16, ~2e-4 relative.
