@@ -156,4 +156,3 @@ func TestGPUMatVecDot(t *testing.T) {
 		mod.Unload()
 	}
 }
-
