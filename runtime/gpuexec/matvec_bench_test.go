@@ -128,7 +128,7 @@ func TestGPUMatVecDot(t *testing.T) {
 			}
 			for i, v := range want {
 				g := math.Float32frombits(uint32(got[4*i]) | uint32(got[4*i+1])<<8 | uint32(got[4*i+2])<<16 | uint32(got[4*i+3])<<24)
-				if math.Abs(float64(g-v)) > 1e-5*math.Abs(float64(v))+1e-6 {
+				if math.Abs(float64(g-v)) > float64(1e-5*math.Abs(float64(v)))+1e-6 {
 					t.Errorf("%s row %d: device %v, interpreter %v", mv.Name, i, g, v)
 				}
 			}
