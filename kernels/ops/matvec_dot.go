@@ -15,7 +15,7 @@ import k "github.com/jitllm/jitllm/dsl/kernel"
 
 // QuantizeQ8_K is QuantizeQ8_K(x []float32, xq []byte, xd []float32): each
 // block of 256 values of x quantized as QuantRoundQ8_K quantizes it
-// (ggml's quantize_row_q8_K), the int8 quants into xq (their bytes) and the
+// (quantQ8_K: ggml's quantize_row_q8_K), the int8 quants into xq (their bytes) and the
 // scale d into xd (0 for a zero block, whose quants are 0).
 func QuantizeQ8_K() *k.Kernel {
 	b := k.New("QuantizeQ8_K")
@@ -23,17 +23,9 @@ func QuantizeQ8_K() *k.Kernel {
 	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(256), 256)
-		amax := b.Acc("amax", k.OpMax, k.F(0))
-		b.For("j", 0, 256, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
-		a := b.Let("a", amax.Get())
-		first := b.Acc("first", k.OpMin, k.I(255))
-		b.For("j", 0, 256, func(j k.Expr) { b.Fold(first, k.Select(absF(xb.At(j)).Eq(a), j, k.I(255))) })
-		mx := b.Let("mx", xb.At(first.Get()))
-		zero := b.Let("zero", a.Eq(k.F(0)))
-		is := b.Let("iscale", k.Select(zero, k.F(0), k.F(-127).Div(mx)))
+		q, is, zero := quantQ8_K(b, xb)
 		b.For("j", 0, 256, func(j k.Expr) {
-			q := rne(is.Mul(xb.At(j))).Min(k.F(127))
-			b.Store(xq, i.Mul(256).Add(j), q.Cvt(k.I32).Cvt(k.U8))
+			b.Store(xq, i.Mul(256).Add(j), k.Select(zero, k.F(0), q(j)).Cvt(k.I32).Cvt(k.U8))
 		})
 		b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
 	})
@@ -145,14 +137,9 @@ func QuantizeQ8_0() *k.Kernel {
 	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(32), 32)
-		amax := b.Acc("amax", k.OpMax, k.F(0))
-		b.For("j", 0, 32, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
-		a := b.Let("a", amax.Get())
-		id := b.Let("id", k.Select(a.Ne(k.F(0)), k.F(127).Div(a), k.F(0)))
-		b.For("j", 0, 32, func(j k.Expr) {
-			b.Store(xq, i.Mul(32).Add(j), rne(xb.At(j).Mul(id)).Cvt(k.I32).Cvt(k.U8))
-		})
-		b.Store(xd, i, a.Div(127).F32ToF16().F16ToF32())
+		q, d := quantQ8_0(b, xb)
+		b.For("j", 0, 32, func(j k.Expr) { b.Store(xq, i.Mul(32).Add(j), q(j).Cvt(k.I32).Cvt(k.U8)) })
+		b.Store(xd, i, d)
 	})
 	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
 	return b.MustBuild()
@@ -180,20 +167,11 @@ func dotForms(st warpStore) map[string]func() *k.Kernel {
 }
 
 func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
-	kname, doc := "MatVecDot"+name, "sets y[r] to row r of the "+name+" matrix w dotted with the quantized activation (xq, xd), one warp per row, in integers."
-	switch st {
-	case residualStore:
-		kname, doc = "MatVecDotAdd"+name, "sets y[r] to res[r] plus row r of the "+name+" matrix w dotted with the quantized activation, one warp per row."
-	case siluStore:
-		kname, doc = "MatVecDotSiLU"+name, "sets y[r] to the SiLU of row r of the "+name+" matrix w dotted with the quantized activation, one warp per row."
-	}
+	kname, doc := st.kernel("MatVecDot", name, "the quantized activation (xq, xd), in integers")
 	b := k.New(kname)
 	b.Doc(doc)
 	w, xq, xd := b.Buffer("w", k.U8), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
-	var res *k.Buf
-	if st == residualStore {
-		res = b.Buffer("res", k.F32)
-	}
+	res := st.residual(b)
 	y := b.Buffer("y", k.F32)
 	nb := b.Let("nb", xd.Len())
 	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
@@ -205,14 +183,7 @@ func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
 			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
 			b.Fold(sum, xd.At(i).Mul(c.unit(b, wb, xb, u.Rem(c.units))))
 		})
-		switch st {
-		case residualStore:
-			b.Store(y, r, res.At(r).Add(sum.Get()))
-		case siluStore:
-			b.Store(y, r, silu(b, sum.Get()))
-		default:
-			b.Store(y, r, sum.Get())
-		}
+		st.store(b, y, res, r, sum.Get())
 	})
 	warpSched(b, "u")
 	return b.MustBuild()

@@ -45,22 +45,48 @@ const (
 	siluStore               // y[r] = silu(sum): SiLUF32's bits
 )
 
-func matVecWarpForm(name string, c warpCut, st warpStore) *k.Kernel {
-	qk, bytes, units, unit := c.qk, c.bytes, c.units, c.unit
-	kname, doc := "MatVecWarp"+name, "sets y[r] to row r of the "+name+" matrix w dotted with x, one warp per row."
+// kernel is the name and doc line of store form st of a warp mat-vec of
+// prefix ("MatVecWarp", "MatVecDot") for weight type typ, the activation
+// read as operand: prefixNAME, prefixAddNAME, prefixSiLUNAME.
+func (st warpStore) kernel(prefix, typ, operand string) (name, doc string) {
+	dot := " matrix w dotted with " + operand + ", one warp per row."
 	switch st {
 	case residualStore:
-		kname, doc = "MatVecWarpAdd"+name, "sets y[r] to res[r] plus row r of the "+name+" matrix w dotted with x, one warp per row."
+		return prefix + "Add" + typ, "sets y[r] to res[r] plus row r of the " + typ + dot
 	case siluStore:
-		kname, doc = "MatVecWarpSiLU"+name, "sets y[r] to the SiLU of row r of the "+name+" matrix w dotted with x, one warp per row."
+		return prefix + "SiLU" + typ, "sets y[r] to the SiLU of row r of the " + typ + dot
 	}
+	return prefix + typ, "sets y[r] to row r of the " + typ + dot
+}
+
+// residual declares the residual buffer of the Add form (nil otherwise);
+// it comes before y.
+func (st warpStore) residual(b *k.Builder) *k.Buf {
+	if st == residualStore {
+		return b.Buffer("res", k.F32)
+	}
+	return nil
+}
+
+// store stores row r's sum as form st does.
+func (st warpStore) store(b *k.Builder, y, res *k.Buf, r, sum k.Expr) {
+	switch st {
+	case residualStore:
+		b.Store(y, r, res.At(r).Add(sum))
+	case siluStore:
+		b.Store(y, r, silu(b, sum))
+	default:
+		b.Store(y, r, sum)
+	}
+}
+
+func matVecWarpForm(name string, c warpCut, st warpStore) *k.Kernel {
+	qk, bytes, units, unit := c.qk, c.bytes, c.units, c.unit
+	kname, doc := st.kernel("MatVecWarp", name, "x")
 	b := k.New(kname)
 	b.Doc(doc)
 	w, x := b.Buffer("w", k.U8), b.Buffer("x", k.F32)
-	var res *k.Buf
-	if st == residualStore {
-		res = b.Buffer("res", k.F32)
-	}
+	res := st.residual(b)
 	y := b.Buffer("y", k.F32)
 	nb := b.Let("nb", x.Len().Div(qk))
 	rowBytes := b.Let("rowBytes", nb.Mul(bytes))
@@ -73,14 +99,7 @@ func matVecWarpForm(name string, c warpCut, st warpStore) *k.Kernel {
 			xb := b.View("xb", x, i.Mul(qk), qk)
 			unit(b, wb, s, func(j, v k.Expr) { b.Fold(sum, v.Mul(xb.At(j))) })
 		})
-		switch st {
-		case residualStore:
-			b.Store(y, r, res.At(r).Add(sum.Get()))
-		case siluStore:
-			b.Store(y, r, silu(b, sum.Get()))
-		default:
-			b.Store(y, r, sum.Get())
-		}
+		st.store(b, y, res, r, sum.Get())
 	})
 	warpSched(b, "u")
 	return b.MustBuild()
