@@ -1,7 +1,5 @@
 package kernel
 
-import "fmt"
-
 // Tiles are a GPU's matrix units (tensor cores) in the IR: a warp holds a
 // tile of f32 sums, 16·M rows by 8·N columns, and adds to it the product
 // of two operands read straight from memory, 32 values along k at a time.
@@ -166,5 +164,3 @@ func (m *machine) tileRows(b *Buf, off, stride, rows, n int) []float32 {
 	}
 	return out
 }
-
-func (t *Tile) String() string { return fmt.Sprintf("%s[%d×%d]", t.Name, t.Rows(), t.Cols()) }

@@ -120,9 +120,8 @@ func TestGPUGraphsTruncateLogitsAll(t *testing.T) {
 		t.Fatalf("LogitsAll gave %d values, want %d", len(rows), len(prompt)*v)
 	}
 	// LogitsAll runs one-row steps, a prompt prefill steps: the plan may
-	// pick other kernels for either (AttentionWarp2 past
-	// splitAttentionRows, tiles for quantized products), so the rows are
-	// held to the float tolerance, not to their bits
+	// pick other kernels for either (tiles for quantized products), so the
+	// rows are held to the float tolerance, not to their bits
 	if d := maxDiff(want, rows[(len(prompt)-1)*v:]); d > tolerance("stories260K.gguf") {
 		t.Fatalf("LogitsAll's last row differs by %g", d)
 	}

@@ -91,14 +91,6 @@ func blockOf(t quant.Type) (ops.BlockDecode, bool) {
 	return ops.BlockDecode{}, false
 }
 
-// splitAttentionRows is the most rows a step attends with AttentionSplit,
-// past which AttentionWarp2 (the CPU's f16 arithmetic, a warp a pair)
-// takes over: every step today. Decode steps need the split (few pairs
-// would leave the GPU idle a warp each); in 512-row prefill steps on the
-// H200 it measured 1.58 against 1.61 ms a layer on the 1B (head width 64)
-// and gave qwen3-0.6b (width 128) pp512 9587 against 8013 tok/s.
-const splitAttentionRows = 1 << 20
-
 // newPlan lowers m's graph for one row per step and, for rows > 1, for
 // prefill steps of rows rows, with a KV cache of context positions, for a
 // device with tensor cores.
@@ -428,24 +420,22 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				if scores < 0 { // one pair's scores a head, shared by every layer's attention
 					scores = p.add(alloc{name: "attention scores", kind: kernel.F32})
 				}
-				if rows <= splitAttentionRows {
-					// few pairs: each one's positions over many warps
-					ns := a.Heads * rows * p.kvRows
-					p.allocs[scores].n = max(p.allocs[scores].n, ns)
-					if parts < 0 {
-						parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
-					}
-					np := rows * a.Heads * ops.AttnSplitChunks * (a.HeadDim + 2)
-					p.allocs[parts].n = max(p.allocs[parts].n, np)
-					p.call(i, cached("AttentionSplit", ops.AttentionSplit), in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p),
-						view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, ops.AttnSplitChunks, a.Scale)
-					p.call(i, cached("AttentionMerge", ops.AttentionMerge), view{parts, 0, np}, stepAll(p), out[i], a.HeadDim, a.Heads, ops.AttnSplitChunks)
-					break
-				}
-				ns := 2 * a.Heads * rows * p.kvRows // scores and the softmax factors (AttentionWarp2)
+				// every step splits each (row, head)'s positions over
+				// warps (AttentionSplit): decode steps need it, their few
+				// pairs would leave the GPU idle a warp each; 512-row
+				// prefill steps measured 1.58 against AttentionWarp2's
+				// 1.61 ms a 1B layer (head width 64) on the H200, and
+				// qwen3-0.6b (width 128) pp512 9622 against 8013 tok/s
+				ns := a.Heads * rows * p.kvRows
 				p.allocs[scores].n = max(p.allocs[scores].n, ns)
-				p.call(i, cached("AttentionWarp2", ops.AttentionWarp2), in(0), whole(kc, p), whole(vc, p), out[i], stepAll(p),
-					view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, a.Scale)
+				if parts < 0 {
+					parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
+				}
+				np := rows * a.Heads * ops.AttnSplitChunks * (a.HeadDim + 2)
+				p.allocs[parts].n = max(p.allocs[parts].n, np)
+				p.call(i, cached("AttentionSplit", ops.AttentionSplit), in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p),
+					view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, ops.AttnSplitChunks, a.Scale)
+				p.call(i, cached("AttentionMerge", ops.AttentionMerge), view{parts, 0, np}, stepAll(p), out[i], a.HeadDim, a.Heads, ops.AttnSplitChunks)
 			default:
 				return view{}, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)
 			}

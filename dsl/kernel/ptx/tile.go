@@ -1,7 +1,6 @@
 package ptx
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
@@ -158,5 +157,3 @@ func (f *fn) tileStore(s *kernel.Stmt, regs tileRegs, args []string, g, l4 strin
 		}
 	}
 }
-
-func (t tileRegs) String() string { return fmt.Sprint([][4]string(t)) }
