@@ -19,17 +19,7 @@ import (
 // launch in a graph costs a few µs more).
 func TestGPUMatVecDot(t *testing.T) {
 	needGPU(t)
-	c, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
+	c, s := deviceStream(t)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, sh := range []struct {
 		typ       string
@@ -42,14 +32,7 @@ func TestGPUMatVecDot(t *testing.T) {
 			quantize, qk = ops.QuantizeQ8_0(), 32
 		}
 		mv := ops.DotMatVecs()[sh.typ]()
-		src, err := ptx.Module([]*kernel.Kernel{quantize, mv}, tg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mod, err := c.LoadPTX(src)
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod, tg := loadKernels(t, c, quantize, mv)
 		typ := opstest.Type(sh.typ)
 		row := opstest.Row(typ, sh.cols, nil, r)
 		w := make([]byte, 0, sh.out*len(row))
@@ -73,23 +56,6 @@ func TestGPUMatVecDot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		launch := func(k *kernel.Kernel, a *cuda.Args, sizes ...any) func() {
-			fn, err := mod.Function(k.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			th, err := ptx.Threads(k, tg, sizes...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			block := min(th, threadsPerBlock)
-			grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
-			return func() {
-				if err := fn.Launch(grid, blk, 0, s, a); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
 		qa := cuda.NewArgs(6)
 		qa.Set(0, xd.Ptr)
 		qa.Set(1, uint64(len(x)))
@@ -106,8 +72,8 @@ func TestGPUMatVecDot(t *testing.T) {
 		ma.Set(5, uint64(sh.cols/qk))
 		ma.Set(6, yd.Ptr)
 		ma.Set(7, uint64(sh.out))
-		runQ := launch(quantize, qa, ptx.Elems(len(x)), ptx.Elems(sh.cols), ptx.Elems(sh.cols/qk))
-		runM := launch(mv, ma, ptx.Elems(len(w)), ptx.Elems(sh.cols), ptx.Elems(sh.cols/qk), ptx.Elems(sh.out))
+		runQ := launcher(t, mod, tg, s, quantize, qa, ptx.Elems(len(x)), ptx.Elems(sh.cols), ptx.Elems(sh.cols/qk))
+		runM := launcher(t, mod, tg, s, mv, ma, ptx.Elems(len(w)), ptx.Elems(sh.cols), ptx.Elems(sh.cols/qk), ptx.Elems(sh.out))
 		runQ()
 		runM()
 		if err := s.Synchronize(); err != nil {
@@ -126,33 +92,17 @@ func TestGPUMatVecDot(t *testing.T) {
 			if err := yd.Download(got); err != nil {
 				t.Fatal(err)
 			}
-			for i, v := range want {
-				g := math.Float32frombits(uint32(got[4*i]) | uint32(got[4*i+1])<<8 | uint32(got[4*i+2])<<16 | uint32(got[4*i+3])<<24)
-				if math.Abs(float64(g-v)) > float64(1e-5*math.Abs(float64(v)))+1e-6 {
+			for i, g := range f32sFrom(got) {
+				if v := want[i]; math.Abs(float64(g-v)) > float64(1e-5*math.Abs(float64(v)))+1e-6 {
 					t.Errorf("%s row %d: device %v, interpreter %v", mv.Name, i, g, v)
 				}
 			}
 		} else {
-			e0, _ := c.NewEvent()
-			e1, _ := c.NewEvent()
-			const reps = 50
-			e0.Record(s)
-			for range reps {
-				runM()
-			}
-			e1.Record(s)
-			if err := e1.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			ms, _ := e1.Since(e0)
-			us := 1000 * float64(ms) / reps
+			us := deviceMicros(t, c, s, 50, runM)
 			t.Logf("%s %dx%d (%.1f MB): %.1f µs, %.0f GB/s", mv.Name, sh.out, sh.cols, float64(len(w))/1e6, us, float64(len(w))/us/1e3)
-			e0.Destroy()
-			e1.Destroy()
 		}
 		for _, b := range []cuda.Buffer{wd, xd, xqd, xsd, yd} {
 			b.Free()
 		}
-		mod.Unload()
 	}
 }

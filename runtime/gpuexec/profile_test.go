@@ -144,58 +144,26 @@ func TestGPUKernelTimes(t *testing.T) {
 // 2048×2048 and 8192×2048 Q4_K matrices times 256 rows.
 func TestGPUMatMulForms(t *testing.T) {
 	needGPU(t)
-	c, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	c, s := deviceStream(t)
 	forms := []*kernel.Kernel{ops.MatMulRows(ops.Q4_K)}
 	for _, outs := range []int{1, ops.MatMulOuts, 4} {
 		mw, _ := ops.MatMulWarpTile("Q4_K", outs)
 		forms = append(forms, mw)
 	}
-	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
-	src, err := ptx.Module(forms, tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod, err := c.LoadPTX(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mod.Unload()
+	mod, tg := loadKernels(t, c, forms...)
 	r := rand.New(rand.NewPCG(3, 4))
-	up := func(b []byte) cuda.Buffer {
-		d, err := c.Alloc(uint64(len(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Upload(b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
 	for _, size := range []struct{ n, out, rows int }{{512, 64, 11}, {2048, 2048, 256}, {2048, 8192, 256}} {
 		var w []byte
 		for i := 0; i < size.out; i++ {
 			w = append(w, opstest.Row(quant.Q4_K, size.n, nil, r)...)
 		}
 		x := opstest.Floats(size.rows*size.n, 1, r)
-		wd, xd := up(w), up(f32Bytes(x))
+		wd, xd := upload(t, c, w), upload(t, c, f32Bytes(x))
 		yd, err := c.Alloc(uint64(4 * size.rows * size.out))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range forms {
-			fn, err := mod.Function(k.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
 			a := cuda.NewArgs(7)
 			a.Set(0, wd.Ptr)
 			a.Set(1, uint64(len(w)))
@@ -204,15 +172,8 @@ func TestGPUMatMulForms(t *testing.T) {
 			a.Set(4, yd.Ptr)
 			a.Set(5, uint64(size.rows*size.out))
 			a.Set(6, uint64(size.n))
-			th, err := ptx.Threads(k, tg, ptx.Elems(len(w)), ptx.Elems(len(x)), ptx.Elems(size.rows*size.out), size.n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			block := min(th, threadsPerBlock)
-			grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
-			if err := fn.Launch(grid, blk, 0, s, a); err != nil {
-				t.Fatal(err)
-			}
+			run := launcher(t, mod, tg, s, k, a, ptx.Elems(len(w)), ptx.Elems(len(x)), ptx.Elems(size.rows*size.out), size.n)
+			run()
 			if err := s.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
@@ -230,25 +191,9 @@ func TestGPUMatMulForms(t *testing.T) {
 				}
 				continue
 			}
-			e0, _ := c.NewEvent()
-			e1, _ := c.NewEvent()
-			const reps = 20
-			e0.Record(s)
-			for j := 0; j < reps; j++ {
-				if err := fn.Launch(grid, blk, 0, s, a); err != nil {
-					t.Fatal(err)
-				}
-			}
-			e1.Record(s)
-			if err := e1.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			ms, _ := e1.Since(e0)
-			us := 1000 * float64(ms) / reps
+			us := deviceMicros(t, c, s, 20, run)
 			flop := 2 * float64(size.n) * float64(size.out) * float64(size.rows)
 			t.Logf("%s %dx%d times %d rows: %.1f µs, %.2f TFLOP/s", k.Name, size.out, size.n, size.rows, us, flop/us/1e6)
-			e0.Destroy()
-			e1.Destroy()
 		}
 		wd.Free()
 		xd.Free()
