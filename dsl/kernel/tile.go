@@ -14,8 +14,8 @@ package kernel
 // TileK is the values along k of one TileMMA.
 const TileK = 32
 
-// TileAlign is what every operand row's first element and stride must be a
-// multiple of (in elements): the lanes load 8 values at once.
+// TileAlign is what every contiguous operand row's first element and stride
+// must be a multiple of (in elements): the lanes load 8 values at once.
 const TileAlign = 8
 
 // Tile is a warp's accumulator tile: 16·M rows, 8·N columns.
@@ -30,11 +30,26 @@ func (t *Tile) Cols() int { return 8 * t.N }
 
 // TileOperand is rows of one operand in memory: row i's TileK values start
 // at Off + min(i, Rows−1)·Stride of Buf (rows past the last read the last
-// again, as the prefill products' padding does: computed, never stored).
+// again, as the prefill products' padding does: computed, never stored)
+// and lie Step apart (nil: 1, neighbours; any other Step reads a column of
+// a row-major matrix as an operand row, value by value).
 type TileOperand struct {
 	Buf               *Buf // F32 (rounded to f16 as loaded) or U16 (f16 bits)
 	Off, Stride, Rows Expr
+	Step              Expr
 }
+
+// step is o's Step, 1 when nil.
+func (o TileOperand) step() Expr {
+	if o.Step == nil {
+		return I(1)
+	}
+	return o.Step
+}
+
+// Contiguous reports whether a tile operand's step argument is the
+// constant 1 (its rows' values are neighbours: vector loads on a GPU).
+func Contiguous(step Expr) bool { return step.Op == OpConst && step.Int == 1 }
 
 // NewTile declares a tile of m×n 16×8 pieces, all zero. Tiles live in one
 // iteration of the kernel's ParallelFor, which a warp runs.
@@ -53,8 +68,9 @@ func (b *Builder) NewTile(name string, m, n int) *Tile {
 
 // TileMMA adds to t the product of a (its t.Rows() rows) and the
 // transpose of c (t.Cols() rows): t[i][j] += Σ_{k<TileK} a_i[k]·c_j[k].
+// Its Args are each operand's Off, Stride, Rows and Step.
 func (b *Builder) TileMMA(t *Tile, a, c TileOperand) {
-	args := []Expr{a.Off, a.Stride, a.Rows, c.Off, c.Stride, c.Rows}
+	args := []Expr{a.Off, a.Stride, a.Rows, a.step(), c.Off, c.Stride, c.Rows, c.step()}
 	switch {
 	case !b.check("tile mma "+t.Name, args...):
 	case !tileElem(a.Buf) || !tileElem(c.Buf):
@@ -67,10 +83,13 @@ func (b *Builder) TileMMA(t *Tile, a, c TileOperand) {
 }
 
 // TileStore stores t[i][j] at y.Off + i·y.Stride + j for the rows below
-// y.Rows and the columns below cols.
+// y.Rows and the columns below cols. Like a cooperative loop's, its stores
+// are ordered before any later access of the warp's other lanes.
 func (b *Builder) TileStore(t *Tile, y TileOperand, cols Expr) {
 	args := []Expr{y.Off, y.Stride, y.Rows, cols}
 	switch {
+	case y.Step != nil:
+		b.fail("tile store %s: a Step (stores are row-major)", t.Name)
 	case !b.check("tile store "+t.Name, args...):
 	case y.Buf.Elem != F32:
 		b.fail("tile store %s: into a %s buffer (want F32)", t.Name, y.Buf.Elem)
@@ -129,8 +148,8 @@ func (m *machine) tile(s *Stmt) {
 		}
 		return
 	}
-	a := m.tileRows(s.Buf, ev[0], ev[1], ev[2], t.Rows())
-	c := m.tileRows(s.Buf2, ev[3], ev[4], ev[5], t.Cols())
+	a := m.tileRows(s.Buf, ev[0], ev[1], ev[2], ev[3], t.Rows())
+	c := m.tileRows(s.Buf2, ev[4], ev[5], ev[6], ev[7], t.Cols())
 	for i := range t.Rows() {
 		for j := range t.Cols() {
 			sum := acc[i*t.Cols()+j]
@@ -142,19 +161,19 @@ func (m *machine) tile(s *Stmt) {
 	}
 }
 
-// tileRows reads n operand rows of TileK values, rounded to f16.
-func (m *machine) tileRows(b *Buf, off, stride, rows, n int) []float32 {
+// tileRows reads n operand rows of TileK values step apart, rounded to f16.
+func (m *machine) tileRows(b *Buf, off, stride, rows, step, n int) []float32 {
 	if rows < 1 {
 		fail("tile operand %s: %d rows", b.Name, rows)
 	}
-	if (m.bufs[b.ID].off+off)%TileAlign != 0 || stride%TileAlign != 0 {
+	if step == 1 && ((m.bufs[b.ID].off+off)%TileAlign != 0 || stride%TileAlign != 0) {
 		fail("tile operand %s: offset %d, stride %d not multiples of %d", b.Name, m.bufs[b.ID].off+off, stride, TileAlign)
 	}
 	out := make([]float32, n*TileK)
 	for i := range n {
 		base := off + min(i, rows-1)*stride
 		for k := range TileK {
-			v := m.load(b, b.Elem, base+k)
+			v := m.load(b, b.Elem, base+k*step)
 			if b.Elem == U16 {
 				out[i*TileK+k] = F16ToF32(uint16(v.i))
 			} else {

@@ -7,6 +7,7 @@ import (
 
 	k "github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/ops/opstest"
 	"github.com/jitllm/jitllm/kernels/quant"
 )
 
@@ -44,35 +45,14 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 		if err := k.Run(ops.AttentionMerge(), part, step, got, hd, heads, chunks); err != nil {
 			t.Fatal(err)
 		}
+		want := opstest.AttentionRef(q, kc, vc, c.pos, hd, heads, group, dim, c.scale)
 		var worst float64
-		for tp := 0; tp < len(q)/hd; tp++ {
-			row, h := tp/heads, tp%heads
-			n := c.pos + row + 1
-			off := (h / group) * hd
-			s := make([]float64, n)
-			top := math.Inf(-1)
-			for j := range s {
-				for d := 0; d < hd; d++ {
-					s[j] += float64(float64(f16r(q[tp*hd+d])) * float64(quant.F16ToF32(kc[j*dim+off+d])))
-				}
-				s[j] *= float64(c.scale)
-				top = math.Max(top, s[j])
-			}
-			var sum float64
-			for j := range s {
-				s[j] = math.Exp(s[j] - top)
-				sum += s[j]
-			}
-			for d := 0; d < hd; d++ {
-				var o float64
-				for j := range s {
-					o += float64(s[j] * float64(quant.F16ToF32(vc[j*dim+off+d])))
-				}
-				worst = math.Max(worst, math.Abs(float64(got[tp*hd+d])-o/sum))
-			}
+		for i, w := range want {
+			worst = math.Max(worst, math.Abs(float64(got[i])-w))
 		}
 		if worst > 1e-5 {
 			t.Errorf("%d rows at position %d (scale %v): largest difference from the reference %.3g", c.rows, c.pos, c.scale, worst)
 		}
 	}
 }
+

@@ -109,6 +109,28 @@ func upload(t *testing.T, c *cuda.Context, b []byte) cuda.Buffer {
 	return d
 }
 
+// zeroed is a new device buffer of n zero bytes.
+func zeroed(t *testing.T, c *cuda.Context, n int) cuda.Buffer {
+	t.Helper()
+	d, err := c.Alloc(uint64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Zero(); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// u16Bytes is v little-endian.
+func u16Bytes(v []uint16) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		b[2*i], b[2*i+1] = byte(x), byte(x>>8)
+	}
+	return b
+}
+
 // f32sFrom reads little-endian f32s from bytes downloaded from the device.
 func f32sFrom(b []byte) []float32 {
 	v := make([]float32, len(b)/4)

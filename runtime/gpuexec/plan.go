@@ -53,7 +53,7 @@ type plan struct {
 	vocab    int
 	context  int
 	rows     int // prefill rows (1: no prefill plan)
-	kvRows   int // cache rows: context plus the padding of a last chunk
+	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionTile's last block
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 
 	tiles         bool // prefill products on the tensor cores (MatMulTile: sm_80 and later)
@@ -103,7 +103,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 	g := m.Graph
 	rows = max(rows, 1)
-	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1, tiles: tiles}
+	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1 + ops.AttnTileBlock - 1, tiles: tiles}
 	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2 + rows})
 	id, ok := g.Outputs["logits"]
 	if !ok {
@@ -140,6 +140,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 	scratch := -1     // activations rounded to a matmul's partner type
 	scores := -1      // attention scores
 	parts := -1       // split attention's pieces
+	tileScratch := -1 // AttentionTile's warps' scratch
 	wf16 := -1        // a prefill product's weights decoded to f16
 	q8, q8d := -1, -1 // the decode activation's quants and scales (MatVecDot*)
 	kvs := map[int][2]int{}
@@ -417,15 +418,26 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				}
 				kc, vc := kvs[n.Layer][0], kvs[n.Layer][1]
 				p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
+				group := a.Heads / a.KVHeads
+				if p.tiles && rows > 1 && ops.AttnTileWidth(a.HeadDim) {
+					// prefill steps on the tensor cores: a 512-row step of
+					// the 1B attended in 1.6 ms a layer by AttentionSplit
+					if tileScratch < 0 {
+						tileScratch = p.add(alloc{name: "attention tiles", kind: kernel.F32})
+					}
+					nt := (rows + ops.AttnTileRows - 1) / ops.AttnTileRows * a.Heads * ops.AttnTileScratch(a.HeadDim)
+					p.allocs[tileScratch].n = max(p.allocs[tileScratch].n, nt)
+					hd := a.HeadDim
+					k := cached(fmt.Sprintf("attentionTile%d", hd), func() *kernel.Kernel { return ops.AttentionTile(hd) })
+					p.call(i, k, in(0), whole(kc, p), whole(vc, p), view{tileScratch, 0, nt}, stepAll(p), out[i], a.Heads, group, dim, a.Scale)
+					break
+				}
 				if scores < 0 { // one pair's scores a head, shared by every layer's attention
 					scores = p.add(alloc{name: "attention scores", kind: kernel.F32})
 				}
-				// every step splits each (row, head)'s positions over
+				// other steps split each (row, head)'s positions over
 				// warps (AttentionSplit): decode steps need it, their few
-				// pairs would leave the GPU idle a warp each; 512-row
-				// prefill steps measured 1.58 against AttentionWarp2's
-				// 1.61 ms a 1B layer (head width 64) on the H200, and
-				// qwen3-0.6b (width 128) pp512 9622 against 8013 tok/s
+				// pairs would leave the GPU idle a warp each
 				ns := a.Heads * rows * p.kvRows
 				p.allocs[scores].n = max(p.allocs[scores].n, ns)
 				if parts < 0 {
@@ -434,7 +446,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				np := rows * a.Heads * ops.AttnSplitChunks * (a.HeadDim + 2)
 				p.allocs[parts].n = max(p.allocs[parts].n, np)
 				p.call(i, cached("AttentionSplit", ops.AttentionSplit), in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p),
-					view{scores, 0, ns}, a.HeadDim, a.Heads, a.Heads/a.KVHeads, dim, p.kvRows, ops.AttnSplitChunks, a.Scale)
+					view{scores, 0, ns}, a.HeadDim, a.Heads, group, dim, p.kvRows, ops.AttnSplitChunks, a.Scale)
 				p.call(i, cached("AttentionMerge", ops.AttentionMerge), view{parts, 0, np}, stepAll(p), out[i], a.HeadDim, a.Heads, ops.AttnSplitChunks)
 			default:
 				return view{}, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)

@@ -362,8 +362,11 @@ func TestKernelsRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		grid := 0
+		grid, tiled := 0, ""
 		for _, k := range ks {
+			if strings.HasPrefix(k.Name, "AttentionTile") {
+				tiled = ", prefill attention " + k.Name
+			}
 			l, err := ptx.Plan(k, ptx.Target{SM: 90})
 			if err != nil {
 				t.Fatal(err)
@@ -372,7 +375,7 @@ func TestKernelsRender(t *testing.T) {
 				grid++
 			}
 		}
-		t.Logf("%s: %d kernels (%d grid kernels), %d bytes of PTX", name, len(ks), grid, len(src))
+		t.Logf("%s: %d kernels (%d grid kernels%s), %d bytes of PTX", name, len(ks), grid, tiled, len(src))
 	}
 }
 

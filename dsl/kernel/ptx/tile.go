@@ -63,12 +63,12 @@ func (f *fn) tileStmt(s *kernel.Stmt) {
 	a := make([][2][4]string, t.M)
 	for m := range a {
 		for h := range 2 {
-			a[m][h] = f.tileLoad(s.Buf, args[0], args[1], args[2], 16*m+8*h, g, l4)
+			a[m][h] = f.tileLoad(s.Buf, args[:4], kernel.Contiguous(s.Args[3]), 16*m+8*h, g, l4)
 		}
 	}
 	c := make([][4]string, t.N)
 	for n := range c {
-		c[n] = f.tileLoad(s.Buf2, args[3], args[4], args[5], 8*n, g, l4)
+		c[n] = f.tileLoad(s.Buf2, args[4:], kernel.Contiguous(s.Args[7]), 8*n, g, l4)
 	}
 	for st := range 2 {
 		for m := range t.M {
@@ -90,26 +90,32 @@ func (f *fn) r64(e kernel.Expr) string {
 }
 
 // tileLoad loads values 8t..8t+7 of operand row min(row0+g, rows−1) as four
-// f16 pairs (lower k in the low half).
-func (f *fn) tileLoad(buf *kernel.Buf, off, stride, rows string, row0 int, g, l4 string) [4]string {
+// f16 pairs (lower k in the low half); op is the operand's offset, stride,
+// rows and step, contiguous whether that step is the constant 1.
+func (f *fn) tileLoad(buf *kernel.Buf, op []string, contiguous bool, row0 int, g, l4 string) [4]string {
 	b := f.buf(buf)
 	var out [4]string
 	if b == nil {
 		return out
 	}
+	off, stride, rows, step := op[0], op[1], op[2], op[3]
 	row, last := f.reg(c64), f.reg(c64)
 	f.ins("add.s64 %s, %s, %d", row, g, row0)
 	f.ins("add.s64 %s, %s, -1", last, rows)
 	f.ins("min.s64 %s, %s, %s", row, row, last)
 	idx := f.reg(c64)
 	f.ins("mad.lo.s64 %s, %s, %s, %s", idx, row, stride, off)
+	for i := range out {
+		out[i] = f.reg(c32)
+	}
+	if !contiguous {
+		f.tileGather(buf, b.addr, idx, step, l4, out)
+		return out
+	}
 	f.ins("mad.lo.s64 %s, %s, 8, %s", idx, l4, idx)
 	addr := f.reg(c64)
 	f.ins("shl.b64 %s, %s, %d", addr, idx, log2(buf.Elem.Bytes()))
 	f.ins("add.s64 %s, %s, %s", addr, b.addr, addr)
-	for i := range out {
-		out[i] = f.reg(c32)
-	}
 	if buf.Elem == kernel.U16 {
 		f.ins("ld.global.v4.b32 {%s}, [%s]", strings.Join(out[:], ", "), addr)
 		return out
@@ -125,6 +131,40 @@ func (f *fn) tileLoad(buf *kernel.Buf, off, stride, rows string, row0 int, g, l4
 		f.ins("cvt.rn.f16x2.f32 %s, %s, %s", out[i], x[2*i+1], x[2*i])
 	}
 	return out
+}
+
+// tileGather loads the 8 values idx + (8t+i)·step, i < 8, one at a time
+// into the four f16 pairs out.
+func (f *fn) tileGather(buf *kernel.Buf, base, idx, step, l4 string, out [4]string) {
+	first, d := f.reg(c64), f.reg(c64)
+	f.ins("shl.b64 %s, %s, 3", first, l4)
+	f.ins("mad.lo.s64 %s, %s, %s, %s", first, first, step, idx)
+	f.ins("shl.b64 %s, %s, %d", first, first, log2(buf.Elem.Bytes()))
+	f.ins("add.s64 %s, %s, %s", first, base, first)
+	f.ins("shl.b64 %s, %s, %d", d, step, log2(buf.Elem.Bytes()))
+	var v [8]string
+	addr := first
+	for i := range v {
+		if i > 0 {
+			next := f.reg(c64)
+			f.ins("add.s64 %s, %s, %s", next, addr, d)
+			addr = next
+		}
+		if buf.Elem == kernel.U16 {
+			v[i] = f.reg(c32)
+			f.ins("ld.global.u16 %s, [%s]", v[i], addr)
+		} else {
+			v[i] = f.reg(cF32)
+			f.ins("ld.global.f32 %s, [%s]", v[i], addr)
+		}
+	}
+	for i := range out {
+		if buf.Elem == kernel.U16 {
+			f.ins("prmt.b32 %s, %s, %s, 0x5410", out[i], v[2*i], v[2*i+1]) // v[2i] low, v[2i+1] high
+		} else {
+			f.ins("cvt.rn.f16x2.f32 %s, %s, %s", out[i], v[2*i+1], v[2*i])
+		}
+	}
 }
 
 // tileStore stores each lane's sums under the bounds: piece (m, n) sum e
@@ -156,4 +196,5 @@ func (f *fn) tileStore(s *kernel.Stmt, regs tileRegs, args []string, g, l4 strin
 			}
 		}
 	}
+	f.sync() // the other lanes may read these sums next
 }

@@ -1,0 +1,119 @@
+package gpuexec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/ops/opstest"
+	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/cuda"
+)
+
+// TestGPUAttentionTile checks the tensor-core prefill attention on the
+// device against the float64 reference (the bound of the interpreter's
+// test, kernels/ops) on the 1B's and qwen3-0.6b's head shapes, a step of
+// 512 rows at position 0 and one of 37 rows at position 300, and logs its
+// time beside AttentionSplit + AttentionMerge's on the same step.
+func TestGPUAttentionTile(t *testing.T) {
+	needGPU(t)
+	c, s := deviceStream(t)
+	if c.Device.Major < 8 {
+		t.Skipf("sm_%d%d has no mma.m16n8k16", c.Device.Major, c.Device.Minor)
+	}
+	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
+	tiles := map[int]*kernel.Kernel{64: ops.AttentionTile(64), 128: ops.AttentionTile(128)}
+	mod, tg := loadKernels(t, c, split, merge, tiles[64], tiles[128])
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, sh := range []struct {
+		name                          string
+		hd, heads, kvHeads, rows, pos int
+	}{
+		{"llama-3.2-1b", 64, 32, 8, 512, 0}, {"qwen3-0.6b", 128, 16, 8, 512, 0},
+		{"llama-3.2-1b", 64, 32, 8, 37, 300}, {"qwen3-0.6b", 128, 16, 8, 37, 300},
+	} {
+		ctx := sh.pos + sh.rows + ops.AttnTileBlock
+		dim, group := sh.kvHeads*sh.hd, sh.heads/sh.kvHeads
+		kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
+		for i := range kc {
+			kc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+			vc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+		}
+		q := opstest.Floats(sh.rows*sh.heads*sh.hd, 1, r)
+		scale := float32(1 / math.Sqrt(float64(sh.hd)))
+		nsc := (sh.rows + ops.AttnTileRows - 1) / ops.AttnTileRows * sh.heads * ops.AttnTileScratch(sh.hd)
+		ns, np := sh.heads*sh.rows*ctx, sh.rows*sh.heads*ops.AttnSplitChunks*(sh.hd+2)
+		qd, kd, vd := upload(t, c, f32Bytes(q)), upload(t, c, u16Bytes(kc)), upload(t, c, u16Bytes(vc))
+		stepd := upload(t, c, []byte{0, 0, 0, 0, byte(sh.pos), byte(sh.pos >> 8), 0, 0})
+		scd, yd := zeroed(t, c, 4*nsc), zeroed(t, c, 4*len(q))
+		sd, pd := zeroed(t, c, 4*ns), zeroed(t, c, 4*np)
+		tk := tiles[sh.hd]
+		ta := cuda.NewArgs(16)
+		for i, b := range []struct {
+			p cuda.Buffer
+			n int
+		}{{qd, len(q)}, {kd, len(kc)}, {vd, len(vc)}, {scd, nsc}, {stepd, 2}, {yd, len(q)}} {
+			ta.Set(2*i, b.p.Ptr)
+			ta.Set(2*i+1, uint64(b.n))
+		}
+		ta.Set(12, uint64(sh.heads))
+		ta.Set(13, uint64(group))
+		ta.Set(14, uint64(dim))
+		ta.Set(15, uint64(math.Float32bits(scale)))
+		runTile := launcher(t, mod, tg, s, tk, ta, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(nsc), ptx.Elems(2), ptx.Elems(len(q)), sh.heads, group, dim, scale)
+		runTile()
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4*len(q))
+		if err := yd.Download(got); err != nil {
+			t.Fatal(err)
+		}
+		want := opstest.AttentionRef(q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
+		var worst float64
+		for i, g := range f32sFrom(got) {
+			worst = math.Max(worst, math.Abs(float64(g)-want[i]))
+			if math.IsNaN(float64(g)) {
+				worst = math.Inf(1)
+			}
+		}
+		if worst > 1e-3 {
+			t.Errorf("%s, %d rows at position %d: the device differs from the reference by %.3g", sh.name, sh.rows, sh.pos, worst)
+		}
+		sa := cuda.NewArgs(19)
+		for i, b := range []struct {
+			p cuda.Buffer
+			n int
+		}{{qd, len(q)}, {kd, len(kc)}, {vd, len(vc)}, {pd, np}, {stepd, 2}, {sd, ns}} {
+			sa.Set(2*i, b.p.Ptr)
+			sa.Set(2*i+1, uint64(b.n))
+		}
+		for i, v := range []int{sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks} {
+			sa.Set(12+i, uint64(v))
+		}
+		sa.Set(18, uint64(math.Float32bits(scale)))
+		ma := cuda.NewArgs(9)
+		for i, b := range []struct {
+			p cuda.Buffer
+			n int
+		}{{pd, np}, {stepd, 2}, {yd, len(q)}} {
+			ma.Set(2*i, b.p.Ptr)
+			ma.Set(2*i+1, uint64(b.n))
+		}
+		ma.Set(6, uint64(sh.hd))
+		ma.Set(7, uint64(sh.heads))
+		ma.Set(8, uint64(ops.AttnSplitChunks))
+		runSplit := launcher(t, mod, tg, s, split, sa, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(np), ptx.Elems(2), ptx.Elems(ns),
+			sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
+		runMerge := launcher(t, mod, tg, s, merge, ma, ptx.Elems(np), ptx.Elems(2), ptx.Elems(len(q)), sh.hd, sh.heads, ops.AttnSplitChunks)
+		tu := deviceMicros(t, c, s, 10, runTile)
+		su := deviceMicros(t, c, s, 5, func() { runSplit(); runMerge() })
+		t.Logf("%s heads, %d rows at position %d: AttentionTile %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, tu, worst, su)
+		for _, b := range []cuda.Buffer{qd, kd, vd, stepd, scd, yd, sd, pd} {
+			b.Free()
+		}
+	}
+}
