@@ -55,4 +55,3 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 		}
 	}
 }
-

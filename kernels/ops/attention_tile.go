@@ -28,10 +28,10 @@ const AttnTileBlock = 64
 const AttnTileRows = 16
 
 // AttnTileScratch is the scratch floats a warp uses for head width hd: the
-// block's scores, the running and the block's output, and three floats a
-// row (maximum, sum, rescale).
+// block's scores, the running and the block's output, and seven floats a
+// row (maximum, sum, rescale, two partial maxima and sums).
 func AttnTileScratch(hd int) int {
-	return AttnTileRows*AttnTileBlock + 2*AttnTileRows*hd + 3*AttnTileRows
+	return AttnTileRows*AttnTileBlock + 2*AttnTileRows*hd + 7*AttnTileRows
 }
 
 // AttnTileWidth reports whether AttentionTile takes head width hd: whole
@@ -75,6 +75,8 @@ func AttentionTile(hd int) *k.Kernel {
 		mo := b.Let("mo", bo.Add(R*hd))
 		lo := b.Let("lo", mo.Add(R))
 		ao := b.Let("ao", lo.Add(R))
+		po := b.Let("po", ao.Add(R))   // two partial maxima a row
+		ps := b.Let("ps", po.Add(2*R)) // and two partial sums
 		b.For("zo", 0, R*hd, func(i k.Expr) { b.Store(sc, oo.Add(i), k.F(0)) })
 		b.For("zm", 0, R, func(i k.Expr) {
 			b.Store(sc, mo.Add(i), k.F(math.Inf(-1)))
@@ -90,30 +92,44 @@ func AttentionTile(hd int) *k.Kernel {
 					k.TileOperand{Buf: kc, Off: j0.Mul(dim).Add(kvo).Add(kd), Stride: dim, Rows: last.Sub(j0)})
 			})
 			b.TileStore(s, k.TileOperand{Buf: sc, Off: so, Stride: k.I(B), Rows: k.I(R)}, k.I(B))
-			b.For("r", 0, R, func(r k.Expr) {
-				// positions of row r in this block (rows past the last
-				// live one take its count: computed, never stored)
-				hi := b.Let("hi", n0.Add(r).Min(last).Sub(j0).Min(B))
+			// the softmax step, every row at once: lane i takes half
+			// i%2 of row i/2's block (its maximum, then its weights and
+			// their sum), then lane r advances row r's state; no lane
+			// reads what another wrote before the loop's barrier
+			hi := func(r k.Expr) k.Expr { // row r's positions in the block
+				return b.Let("hi", n0.Add(r).Min(last).Sub(j0).Min(B))
+			}
+			b.For("hm", 0, 2*R, func(i k.Expr) {
+				r := b.Let("r", i.Div(2))
+				c0 := b.Let("c0", i.Rem(2).Mul(B/2))
 				srow := b.Let("srow", so.Add(r.Mul(B)))
-				old := b.Let("old", sc.At(mo.Add(r)))
-				M := b.Acc("M", k.OpMax, old)
-				b.For("cm", 0, hi, func(c k.Expr) { b.Fold(M, sc.At(srow.Add(c)).Mul(scale)) })
-				m := b.Let("m", M.Get())
+				M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
+				b.For("cm", c0, hi(r).Min(c0.Add(B/2)), func(c k.Expr) { b.Fold(M, sc.At(srow.Add(c)).Mul(scale)) })
+				b.Store(sc, po.Add(i), M.Get())
+			})
+			rowMax := func(r k.Expr) k.Expr { // the row's maximum so far and in this block
+				return b.Let("m", sc.At(mo.Add(r)).Max(sc.At(po.Add(r.Mul(2)))).Max(sc.At(po.Add(r.Mul(2)).Add(1))))
+			}
+			b.For("he", 0, 2*R, func(i k.Expr) {
+				r := b.Let("r", i.Div(2))
+				c0 := b.Let("c0", i.Rem(2).Mul(B/2))
+				srow := b.Let("srow", so.Add(r.Mul(B)))
+				h, m := hi(r), rowMax(r)
 				S := b.Acc("S", k.OpAdd, k.F(0))
-				b.For("ce", 0, B, func(c k.Expr) {
-					p := b.Let("p", k.Select(c.Lt(hi), sc.At(srow.Add(c)).Mul(scale).Sub(m).Exp(), k.F(0)))
+				b.For("ce", c0, c0.Add(B/2), func(c k.Expr) {
+					p := b.Let("p", k.Select(c.Lt(h), sc.At(srow.Add(c)).Mul(scale).Sub(m).Exp(), k.F(0)))
 					b.Store(sc, srow.Add(c), p)
 					b.Fold(S, p)
 				})
-				sum := b.Let("sum", S.Get())
-				// one lane writes the row's state: no lane reads it back
-				// before the loop's barrier
-				b.For("u", 0, 1, func(k.Expr) {
-					alpha := b.Let("alpha", old.Sub(m).Exp())
-					b.Store(sc, lo.Add(r), sc.At(lo.Add(r)).Mul(alpha).Add(sum))
-					b.Store(sc, mo.Add(r), m)
-					b.Store(sc, ao.Add(r), alpha)
-				})
+				b.Store(sc, ps.Add(i), S.Get())
+			})
+			b.For("hu", 0, R, func(r k.Expr) {
+				m := rowMax(r)
+				alpha := b.Let("alpha", sc.At(mo.Add(r)).Sub(m).Exp())
+				sum := sc.At(ps.Add(r.Mul(2))).Add(sc.At(ps.Add(r.Mul(2)).Add(1)))
+				b.Store(sc, lo.Add(r), sc.At(lo.Add(r)).Mul(alpha).Add(sum))
+				b.Store(sc, mo.Add(r), m)
+				b.Store(sc, ao.Add(r), alpha)
 			})
 			o := b.NewTile("o", 1, hd/8)
 			b.For("kv", 0, B/k.TileK, func(kk k.Expr) {
@@ -132,6 +148,6 @@ func AttentionTile(hd int) *k.Kernel {
 			b.Store(y, qo.Add(r.Mul(qd)).Add(e.Rem(hd)), sc.At(oo.Add(e)).Div(sc.At(lo.Add(r))))
 		})
 	})
-	warpSched(b, "zo", "zm", "cm", "ce", "u", "e", "f")
+	warpSched(b, "zo", "zm", "hm", "he", "hu", "e", "f")
 	return b.MustBuild()
 }
