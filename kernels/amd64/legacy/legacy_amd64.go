@@ -15,6 +15,9 @@ import (
 type (
 	asmDot  func(nb int, w, x *byte) float32
 	asmTile func(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+	// asmRows is a decode body: tiles×4 weight rows wstride apart against
+	// one activation row, out[0:4·tiles], prefetching pf bytes ahead
+	asmRows func(nb int, w *byte, wstride int, x *byte, out *float32, tiles int, pf int)
 )
 
 // isa is an instruction-set level a kernel needs.
@@ -47,6 +50,7 @@ type spec struct {
 	dot          asmDot
 	tile         asmTile
 	tileW, tileX int
+	body         asmRows // optional, 4×1 tiles only: Rows' groups of four rows in one call
 }
 
 // specs lists every kernel this package has; init registers the ones the CPU
@@ -55,31 +59,31 @@ type spec struct {
 // one activation row (decode): cpukern.Lookup returns the many-row tile, a
 // caller wanting the decode shape picks it from cpukern.All.
 var specs = []spec{
-	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 10, 32, 34, 34, q80AVX2Dot, q80AVX2Tile2x2, 2, 2},
-	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 9, 32, 34, 34, q80AVX2Dot, q80AVX2Tile4x1, 4, 1},
-	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 30, 32, 34, 34, q80VNNIDot, q80VNNITile4x4, 4, 4},
-	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 29, 32, 34, 34, q80VNNIDot, q80VNNITile4x1, 4, 1},
-	{"DotQ4_0AVX2", quant.Q4_0, isaAVX2, 10, 32, 18, 34, q40AVX2Dot, q40AVX2Tile2x2, 2, 2},
-	{"DotQ4_0AVX2", quant.Q4_0, isaAVX2, 9, 32, 18, 34, q40AVX2Dot, q40AVX2Tile4x1, 4, 1},
-	{"DotQ4_0AVX2", quant.Q4_0, isaVNNI, 30, 32, 18, 34, q40VNNIDot, q40VNNITile4x4, 4, 4},
-	{"DotQ4_0AVX2", quant.Q4_0, isaVNNI, 29, 32, 18, 34, q40VNNIDot, q40VNNITile4x1, 4, 1},
-	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVX2, 10, 32, 18, 34, q40RepackAVX2Dot, q40RepackAVX2Tile2x2, 2, 2},
-	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVX2, 9, 32, 18, 34, q40RepackAVX2Dot, q40RepackAVX2Tile4x1, 4, 1},
-	{"DotQ4_0Repack8x8", quant.Q4_0, isaVNNI, 30, 32, 18, 34, q40RepackVNNIDot, q40RepackVNNITile4x4, 4, 4},
-	{"DotQ4_0Repack8x8", quant.Q4_0, isaVNNI, 29, 32, 18, 34, q40RepackVNNIDot, q40RepackVNNITile4x1, 4, 1},
-	{"DotMXFP4AVX2", quant.MXFP4, isaAVX2, 10, 32, 17, 34, mxfp4AVX2Dot, mxfp4AVX2Tile2x1, 2, 1},
-	{"DotMXFP4AVX2", quant.MXFP4, isaVNNI, 30, 32, 17, 34, mxfp4VNNIDot, mxfp4VNNITile4x2, 4, 2},
-	{"DotMXFP4AVX2", quant.MXFP4, isaVNNI, 29, 32, 17, 34, mxfp4VNNIDot, mxfp4VNNITile4x1, 4, 1},
-	{"DotF32AVX512", quant.F32, isaAVX512, 20, 1, 4, 4, f32AVX512Dot, f32AVX512Tile2x3, 2, 3},
-	{"DotF32TinyBLAS", quant.F32, isaAVX512, 20, 1, 4, 4, f32TinyBLASDot, f32TinyBLASTile4x4, 4, 4},
-	{"DotF16AVX512", quant.F16, isaAVX512, 20, 1, 2, 2, f16AVX512Dot, f16AVX512Tile2x3, 2, 3},
-	{"DotF16TinyBLAS", quant.F16, isaAVX512, 20, 1, 2, 2, f16TinyBLASDot, f16TinyBLASTile4x4, 4, 4},
+	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 10, 32, 34, 34, q80AVX2Dot, q80AVX2Tile2x2, 2, 2, nil},
+	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 9, 32, 34, 34, q80AVX2Dot, q80AVX2Tile4x1, 4, 1, nil},
+	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 30, 32, 34, 34, q80VNNIDot, q80VNNITile4x4, 4, 4, nil},
+	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 29, 32, 34, 34, q80VNNIDot, q80VNNITile4x1, 4, 1, q80VNNIRows},
+	{"DotQ4_0AVX2", quant.Q4_0, isaAVX2, 10, 32, 18, 34, q40AVX2Dot, q40AVX2Tile2x2, 2, 2, nil},
+	{"DotQ4_0AVX2", quant.Q4_0, isaAVX2, 9, 32, 18, 34, q40AVX2Dot, q40AVX2Tile4x1, 4, 1, nil},
+	{"DotQ4_0AVX2", quant.Q4_0, isaVNNI, 30, 32, 18, 34, q40VNNIDot, q40VNNITile4x4, 4, 4, nil},
+	{"DotQ4_0AVX2", quant.Q4_0, isaVNNI, 29, 32, 18, 34, q40VNNIDot, q40VNNITile4x1, 4, 1, nil},
+	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVX2, 10, 32, 18, 34, q40RepackAVX2Dot, q40RepackAVX2Tile2x2, 2, 2, nil},
+	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVX2, 9, 32, 18, 34, q40RepackAVX2Dot, q40RepackAVX2Tile4x1, 4, 1, nil},
+	{"DotQ4_0Repack8x8", quant.Q4_0, isaVNNI, 30, 32, 18, 34, q40RepackVNNIDot, q40RepackVNNITile4x4, 4, 4, nil},
+	{"DotQ4_0Repack8x8", quant.Q4_0, isaVNNI, 29, 32, 18, 34, q40RepackVNNIDot, q40RepackVNNITile4x1, 4, 1, nil},
+	{"DotMXFP4AVX2", quant.MXFP4, isaAVX2, 10, 32, 17, 34, mxfp4AVX2Dot, mxfp4AVX2Tile2x1, 2, 1, nil},
+	{"DotMXFP4AVX2", quant.MXFP4, isaVNNI, 30, 32, 17, 34, mxfp4VNNIDot, mxfp4VNNITile4x2, 4, 2, nil},
+	{"DotMXFP4AVX2", quant.MXFP4, isaVNNI, 29, 32, 17, 34, mxfp4VNNIDot, mxfp4VNNITile4x1, 4, 1, nil},
+	{"DotF32AVX512", quant.F32, isaAVX512, 20, 1, 4, 4, f32AVX512Dot, f32AVX512Tile2x3, 2, 3, nil},
+	{"DotF32TinyBLAS", quant.F32, isaAVX512, 20, 1, 4, 4, f32TinyBLASDot, f32TinyBLASTile4x4, 4, 4, nil},
+	{"DotF16AVX512", quant.F16, isaAVX512, 20, 1, 2, 2, f16AVX512Dot, f16AVX512Tile2x3, 2, 3, nil},
+	{"DotF16TinyBLAS", quant.F16, isaAVX512, 20, 1, 2, 2, f16TinyBLASDot, f16TinyBLASTile4x4, 4, 4, nil},
 	// the AVX-512 builds' float orders on AVX2 (same lanes in ymm pairs), so
 	// a CPU without AVX-512 runs them natively too
-	{"DotF32AVX512", quant.F32, isaAVX2, 10, 1, 4, 4, f32AVX512OnAVX2Dot, nil, 0, 0},
-	{"DotF32TinyBLAS", quant.F32, isaAVX2, 10, 1, 4, 4, f32TinyBLASOnAVX2Dot, f32TinyBLASOnAVX2Tile2x2, 2, 2},
-	{"DotF16AVX512", quant.F16, isaAVX2, 10, 1, 2, 2, f16AVX512OnAVX2Dot, nil, 0, 0},
-	{"DotF16TinyBLAS", quant.F16, isaAVX2, 10, 1, 2, 2, f16TinyBLASOnAVX2Dot, f16TinyBLASOnAVX2Tile2x2, 2, 2},
+	{"DotF32AVX512", quant.F32, isaAVX2, 10, 1, 4, 4, f32AVX512OnAVX2Dot, nil, 0, 0, nil},
+	{"DotF32TinyBLAS", quant.F32, isaAVX2, 10, 1, 4, 4, f32TinyBLASOnAVX2Dot, f32TinyBLASOnAVX2Tile2x2, 2, 2, nil},
+	{"DotF16AVX512", quant.F16, isaAVX2, 10, 1, 2, 2, f16AVX512OnAVX2Dot, nil, 0, 0, nil},
+	{"DotF16TinyBLAS", quant.F16, isaAVX2, 10, 1, 2, 2, f16TinyBLASOnAVX2Dot, f16TinyBLASOnAVX2Tile2x2, 2, 2, nil},
 }
 
 func init() {
@@ -87,7 +91,7 @@ func init() {
 		if s.isa.has() {
 			k := s.kernel()
 			if d, ok := decodeTile(s); ok {
-				k.Rows = s.rows(d.tile)
+				k.Rows = s.rows(d)
 			}
 			cpukern.Register(k)
 		}
@@ -160,10 +164,12 @@ func decodeTile(s spec) (spec, bool) {
 	return spec{}, false
 }
 
-// rows is s's cpukern.Rows: the 4×1 decode tile over each four weight rows
+// rows is s's cpukern.Rows: the 4×1 decode tile d over each four weight rows
 // (four independent FMA chains and four weight streams where a Dot has one),
-// the Dot for the last rows; every element equals the Dot (TestRowsMatchDot).
-func (s spec) rows(tile4 asmTile) cpukern.Rows {
+// or d's body over all of them in one call, the Dot for the last rows; every
+// element equals the Dot (TestRowsMatchDot).
+func (s spec) rows(d spec) cpukern.Rows {
+	tile4, body := d.tile, d.body
 	return func(n int, w []byte, wstride int, x []byte, out []float32) {
 		rows := len(out)
 		if rows == 0 {
@@ -185,6 +191,10 @@ func (s spec) rows(tile4 asmTile) cpukern.Rows {
 			nb = n / s.qk
 		}
 		j := 0
+		if body != nil && rows >= 4 {
+			j = rows / 4 * 4
+			body(nb, ptr(w), wstride, ptr(x), &out[0], rows/4, prefetchAhead(wstride))
+		}
 		for ; j+4 <= rows; j += 4 {
 			tile4(nb, ptr(w[j*wstride:]), wstride, ptr(x), 0, &out[j], 1)
 		}
@@ -192,6 +202,23 @@ func (s spec) rows(tile4 asmTile) cpukern.Rows {
 			out[j] = s.dot(nb, ptr(w[j*wstride:]), ptr(x))
 		}
 	}
+}
+
+// rowsAhead is about how many bytes ahead of a group of four weight rows
+// a decode body prefetches (the next groups): far enough that DRAM's
+// latency is covered, near enough that the lines still sit in L1 when
+// read. (On the 2-core EPYC host, BenchmarkRowsQ8_0 cold: 4 KiB is slower
+// on every shape, 8 and 16 KiB within noise of each other.)
+const rowsAhead = 8192
+
+// prefetchAhead is the decode bodies' prefetch distance: the whole groups
+// of four rows (4·wstride bytes each) nearest rowsAhead, at least one.
+func prefetchAhead(wstride int) int {
+	g := 4 * wstride
+	if g <= 0 || g >= rowsAhead {
+		return g
+	}
+	return max(1, (rowsAhead+g/2)/g) * g
 }
 
 // fits reports whether rows rows of rowLen (at most size), stride apart,

@@ -277,6 +277,52 @@ func TestRowsMatchDot(t *testing.T) {
 	}
 }
 
+// TestRowsContiguous is Rows in the decode layout, rows back to back
+// (wstride the row length, where a body's prefetches of the groups ahead
+// land in the rows it reads next), over many groups and odd block counts
+// (the 16-block multiples and neighbours, a head-like 1024 values), each
+// element the Dot's and the order's.
+func TestRowsContiguous(t *testing.T) {
+	for _, s := range specs {
+		if s.tileW != 4 || s.tileX != 1 || s.tile == nil || s.qk == 1 {
+			continue
+		}
+		t.Run(name(s), func(t *testing.T) {
+			k := registered(t, s)
+			r := rand.New(rand.NewPCG(13, uint64(len(s.order))))
+			for _, n := range []int{32, 480, 512, 544, 1024, 3072} {
+				for _, rows := range []int{4, 8, 37} {
+					wrow := need(n, s.qk, s.wb)
+					w := make([]byte, 0, rows*wrow)
+					for j := 0; j < rows; j++ {
+						w = append(w, weights(r, s, n, rows == 37)...)
+					}
+					x := activations(r, s, n, rows == 37)
+					out := make([]float32, rows)
+					k.Rows(n, w, wrow, x, out)
+					for j := range out {
+						wj := w[j*wrow : (j+1)*wrow]
+						if d := k.Dot(n, wj, x); !same(out[j], d) {
+							t.Fatalf("n=%d rows=%d: out[%d] = %#08x, Dot %#08x", n, rows, j, math.Float32bits(out[j]), math.Float32bits(d))
+						}
+						check(t, s, n, wj, x, out[j], fmt.Sprintf("rows=%d row %d", rows, j))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPrefetchAhead(t *testing.T) {
+	for _, c := range []struct{ wstride, want int }{
+		{0, 0}, {34, 8160}, {1088, 8704}, {1632, 6528}, {3264, 13056}, {1 << 20, 4 << 20},
+	} {
+		if got := prefetchAhead(c.wstride); got != c.want {
+			t.Errorf("prefetchAhead(%d) = %d, want %d", c.wstride, got, c.want)
+		}
+	}
+}
+
 func TestBadInputPanics(t *testing.T) {
 	for _, s := range specs {
 		t.Run(name(s), func(t *testing.T) {
@@ -529,4 +575,74 @@ func BenchmarkQuantizeQ8_0(b *testing.B) {
 			q.Quantize(x, dst)
 		}
 	})
+}
+
+// BenchmarkRowsQ8_0 is the Q8_0 decode kernels (Rows: one activation row)
+// on qwen3-0.6b's matrix shapes (out×in; the last is the output head; 64
+// rows sit in L2: the body's own speed), GB/s
+// of weight bytes, on one thread and on two (the rows split in halves, as a
+// decode step on this 2-core host). hot repeats one matrix (in cache but
+// the head); cold cycles through copies of at least 256 MiB, so every
+// weight byte comes from DRAM as in decode.
+func BenchmarkRowsQ8_0(b *testing.B) {
+	for _, s := range specs {
+		if s.typ != quant.Q8_0 || s.tileX != 1 || !s.isa.has() {
+			continue
+		}
+		var k cpukern.Kernel
+		for _, c := range cpukern.All(s.order) {
+			if c.ISA == s.isa.name && c.Type == s.typ && c.Rows != nil {
+				k = c
+			}
+		}
+		if k.Rows == nil {
+			b.Fatalf("%s: no Rows", name(s))
+		}
+		for _, c := range []struct{ out, in int }{{64, 1024}, {1024, 1024}, {3072, 1024}, {1024, 3072}, {151936, 1024}} {
+			r := rand.New(rand.NewPCG(11, 12))
+			wrow := need(c.in, 32, 34)
+			size := c.out * wrow
+			// 64 distinct random rows, repeated
+			proto := make([]byte, 64*wrow)
+			for j := 0; j < 64; j++ {
+				copy(proto[j*wrow:], weights(r, s, c.in, false))
+			}
+			copies := max(1, (256<<20+size-1)/size)
+			all := make([]byte, copies*size)
+			for o := 0; o < len(all); o += copy(all[o:], proto) {
+			}
+			x := activations(r, s, c.in, false)
+			out := make([]float32, c.out)
+			for _, mode := range []string{"hot", "cold"} {
+				if mode == "hot" && copies == 1 {
+					continue
+				}
+				for _, threads := range []int{1, 2} {
+					b.Run(fmt.Sprintf("%s/%dx%d/%s/threads=%d", s.isa.name, c.out, c.in, mode, threads), func(b *testing.B) {
+						b.SetBytes(int64(size))
+						i := 0
+						for b.Loop() {
+							w := all[:size]
+							if mode == "cold" {
+								w = all[i*size : (i+1)*size]
+								i = (i + 1) % copies
+							}
+							if threads == 1 {
+								k.Rows(c.in, w, wrow, x, out)
+								continue
+							}
+							h := c.out / 2
+							done := make(chan struct{})
+							go func() {
+								k.Rows(c.in, w[h*wrow:], wrow, x, out[h:])
+								close(done)
+							}()
+							k.Rows(c.in, w, wrow, x, out[:h])
+							<-done
+						}
+					})
+				}
+			}
+		}
+	}
 }

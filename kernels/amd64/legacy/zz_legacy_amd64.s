@@ -5945,6 +5945,133 @@ f16TinyBLASOnAVX2Tile2x2_tdone1_1:
 	VZEROUPPER
 	RET
 
+// func q80VNNIRows(nb int, w *byte, wstride int, x *byte, out *float32, tiles int, pf int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·q80VNNIRows(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         R8, R9
+	ADDQ         AX, R9
+	MOVQ         R9, R10
+	ADDQ         AX, R10
+	MOVQ         AX, R13
+	SHLQ         $0x02, R13
+	MOVQ         x+24(FP), DI
+	MOVQ         out+32(FP), R12
+	MOVQ         tiles+40(FP), R11
+	TESTQ        R11, R11
+	JZ           q80VNNIRows_end
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X29
+	VPBROADCASTD X29, Y29
+
+q80VNNIRows_tile:
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	MOVQ  pf+48(FP), R14
+	ADDQ  SI, R14
+	XORQ  BX, BX
+	MOVQ  nb+0(FP), CX
+	TESTQ CX, CX
+	JZ    q80VNNIRows_sum
+
+q80VNNIRows_blk:
+	PREFETCHT0   (R14)(BX*4)
+	PREFETCHT0   64(R14)(BX*4)
+	PREFETCHT0   128(R14)(BX*4)
+	VPBROADCASTW (DI)(BX*1), X26
+	VCVTPH2PS    X26, Y26
+	VMOVDQU32    2(DI)(BX*1), Y24
+	VPXORD       Y25, Y25, Y25
+	VPDPBUSD     Y24, Y29, Y25
+	VPXORD       Y27, Y27, Y27
+	VPSUBD       Y25, Y27, Y25
+	VPBROADCASTW (SI)(BX*1), X20
+	VCVTPH2PS    X20, Y20
+	VPXORD       2(SI)(BX*1), Y29, Y16
+	VMOVDQA64    Y25, Y27
+	VPDPBUSD     Y24, Y16, Y27
+	VCVTDQ2PS    Y27, Y27
+	VMULPS       Y26, Y20, Y28
+	VFMADD231PS  Y27, Y28, Y0
+	VPBROADCASTW (R8)(BX*1), X21
+	VCVTPH2PS    X21, Y21
+	VPXORD       2(R8)(BX*1), Y29, Y17
+	VMOVDQA64    Y25, Y27
+	VPDPBUSD     Y24, Y17, Y27
+	VCVTDQ2PS    Y27, Y27
+	VMULPS       Y26, Y21, Y28
+	VFMADD231PS  Y27, Y28, Y1
+	VPBROADCASTW (R9)(BX*1), X20
+	VCVTPH2PS    X20, Y20
+	VPXORD       2(R9)(BX*1), Y29, Y16
+	VMOVDQA64    Y25, Y27
+	VPDPBUSD     Y24, Y16, Y27
+	VCVTDQ2PS    Y27, Y27
+	VMULPS       Y26, Y20, Y28
+	VFMADD231PS  Y27, Y28, Y2
+	VPBROADCASTW (R10)(BX*1), X21
+	VCVTPH2PS    X21, Y21
+	VPXORD       2(R10)(BX*1), Y29, Y17
+	VMOVDQA64    Y25, Y27
+	VPDPBUSD     Y24, Y17, Y27
+	VCVTDQ2PS    Y27, Y27
+	VMULPS       Y26, Y21, Y28
+	VFMADD231PS  Y27, Y28, Y3
+	ADDQ         $0x00000022, BX
+	DECQ         CX
+	JNZ          q80VNNIRows_blk
+
+q80VNNIRows_sum:
+	VPXORD        X28, X28, X28
+	VEXTRACTF32X4 $0x01, Y0, X27
+	VADDPS        X27, X0, X0
+	VMOVHLPS      X0, X0, X27
+	VADDPS        X27, X0, X0
+	VMOVSHDUP     X0, X27
+	VADDSS        X27, X0, X0
+	VADDSS        X0, X28, X0
+	VMOVSS        X0, (R12)
+	VEXTRACTF32X4 $0x01, Y1, X27
+	VADDPS        X27, X1, X1
+	VMOVHLPS      X1, X1, X27
+	VADDPS        X27, X1, X1
+	VMOVSHDUP     X1, X27
+	VADDSS        X27, X1, X1
+	VADDSS        X1, X28, X1
+	VMOVSS        X1, 4(R12)
+	VEXTRACTF32X4 $0x01, Y2, X27
+	VADDPS        X27, X2, X2
+	VMOVHLPS      X2, X2, X27
+	VADDPS        X27, X2, X2
+	VMOVSHDUP     X2, X27
+	VADDSS        X27, X2, X2
+	VADDSS        X2, X28, X2
+	VMOVSS        X2, 8(R12)
+	VEXTRACTF32X4 $0x01, Y3, X27
+	VADDPS        X27, X3, X3
+	VMOVHLPS      X3, X3, X27
+	VADDPS        X27, X3, X3
+	VMOVSHDUP     X3, X27
+	VADDSS        X27, X3, X3
+	VADDSS        X3, X28, X3
+	VMOVSS        X3, 12(R12)
+	ADDQ          $0x10, R12
+	ADDQ          R13, SI
+	ADDQ          R13, R8
+	ADDQ          R13, R9
+	ADDQ          R13, R10
+	DECQ          R11
+	JNZ           q80VNNIRows_tile
+
+q80VNNIRows_end:
+	VZEROUPPER
+	RET
+
 // func quantQ80AVX2(nb int, x *float32, dst *byte)
 // Requires: AVX, AVX2, F16C
 TEXT ·quantQ80AVX2(SB), NOSPLIT, $0-24

@@ -189,6 +189,11 @@ func f16TinyBLASOnAVX2Dot(nb int, w *byte, x *byte) float32
 //go:noescape
 func f16TinyBLASOnAVX2Tile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
 
+// q80VNNIRows is tiles×4 weight rows (wstride bytes apart) × 1 Q8_0 row of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI), one result per row in out, prefetching pf bytes ahead of each group.
+//
+//go:noescape
+func q80VNNIRows(nb int, w *byte, wstride int, x *byte, out *float32, tiles int, pf int)
+
 // quantQ80AVX2 quantizes nb blocks of 32 floats to Q8_0 as quant.QuantizeRowX86 (ggml's AVX2 quantize_row_q8_0).
 //
 //go:noescape
