@@ -540,7 +540,7 @@ func (s *Server) newEntry(id string, m *generate.Model, device string, ctx int) 
 	e := &model{id: id, m: m, created: s.cfg.Now().Unix()}
 	e.life, e.end = context.WithCancel(context.Background())
 	e.setup(s)
-	e.pool = newPool(id, m, exec.Options{Threads: s.cfg.Threads, Context: ctx}, s.cfg.MaxSessions, s.cfg.MaxQueue, s.cfg.QueueWait, s.metrics)
+	e.pool = newPool(id, m, exec.Options{Threads: s.cfg.Threads, Context: ctx, Mmap: s.cfg.Mmap}, s.cfg.MaxSessions, s.cfg.MaxQueue, s.cfg.QueueWait, s.metrics)
 	e.pool.device = device
 	e.mem, _ = memoryOf(m, device, ctx, s.cfg.MaxSessions) // checked before the entry is made
 	if est, err := discover.EstimateMemory(m.Exec.Graph, m.Src, discover.Options{Context: ctx}); err == nil && est.Context > 0 {

@@ -27,6 +27,7 @@ import (
 // Config shapes a server.
 type Config struct {
 	Threads     int           // worker goroutines per session; 0 = one per CPU
+	Mmap        bool          // CPU weights stay in the file's mapping (exec.Options.Mmap)
 	Context     int           // KV positions per session; 0 = the model's default
 	MaxSessions int           // sessions per model (concurrent requests); 0 = 1
 	MaxQueue    int           // requests waiting for a session per model; 0 = 64

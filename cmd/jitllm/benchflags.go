@@ -14,6 +14,7 @@ type benchFlags struct {
 	tune    tune.Mode
 	json    bool
 	verbose bool
+	mmap    bool
 }
 
 // newBenchFlagSet is a flag set named name with the shared bench flags
@@ -27,5 +28,6 @@ func newBenchFlagSet(name string, bf *benchFlags) *flag.FlagSet {
 	fs.Var(&bf.tune, "tune", "CPU kernel tuning")
 	fs.BoolVar(&bf.json, "json", false, "JSON output")
 	fs.BoolVar(&bf.verbose, "v", false, "print each run")
+	fs.BoolVar(&bf.mmap, "mmap", false, "weights stay mapped")
 	return fs
 }

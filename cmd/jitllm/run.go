@@ -28,6 +28,7 @@ type genFlags struct {
 	verbose   bool
 	devices   string
 	tune      tune.Mode
+	mmap      bool
 }
 
 func (f *genFlags) register(c *cobra.Command) {
@@ -49,6 +50,7 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.BoolVar(&f.special, "special", false, "parse special-token text (e.g. <s>) in the prompt")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print timings to stderr")
 	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda:N, auto, or a list to split the model over (cpu,cuda:0; cuda:0,cuda:1)")
+	fl.BoolVar(&f.mmap, "mmap", false, "keep the weights in the file's memory mapping (as llama.cpp's default) instead of copying them into RAM when they fit")
 	f.tune = tune.Quick
 	fl.Var(&f.tune, "tune", "CPU kernel tuning: off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
 }
@@ -65,7 +67,7 @@ func (f *genFlags) open(path string) (*generate.Model, *generate.Session, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := m.NewSessionOn(f.devices, exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune})
+	s, err := m.NewSessionOn(f.devices, exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune, Mmap: f.mmap})
 	if err != nil {
 		m.Close()
 		return nil, nil, err

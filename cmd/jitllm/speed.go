@@ -20,7 +20,7 @@ import (
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-tune quick] [-json]",
+		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-tune quick] [-mmap] [-json]",
 		Short: "measure prefill and decode speed, as llama-bench does",
 		Long: `speed times MODEL (.gguf or .jlm): prefill (pp: one forward of -p tokens) and
 decode (tg: -n single-token forwards), each the best of -r runs after a warm-up,
@@ -38,6 +38,9 @@ object per test with the same fields.
   -tune M      CPU kernel tuning: off (defaults), quick (default: a few
                candidates per matmul shape, measured on first use and cached
                in the user cache dir) or full (a wider search)
+  -mmap        CPU: read the weights from the file's memory mapping (the
+               page cache) as llama.cpp does by default, instead of copying
+               them into RAM when they fit in half of what is free
   -json        JSON instead of the table`,
 		DisableFlagsInUseLine: true,
 		DisableFlagParsing:    true,
@@ -67,7 +70,7 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Threads, cfg.Tune = bf.threads, bf.tune
+	cfg.Threads, cfg.Tune, cfg.Mmap = bf.threads, bf.tune, bf.mmap
 	if len(pos) != 1 {
 		return fmt.Errorf("speed takes one MODEL, got %d arguments (see jitllm speed -h)", len(pos))
 	}

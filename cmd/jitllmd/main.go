@@ -76,6 +76,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(&loads, "load", "load this model file (repeatable)")
 	fs.Var(&ids, "id", "id of the matching -load (repeatable; default: the file name without extension)")
 	threads := fs.Int("threads", 0, "worker threads per session (0 = one per CPU)")
+	mmapW := fs.Bool("mmap", false, "keep the weights in the file's memory mapping (as llama.cpp's default) instead of copying them into RAM when they fit")
 	ctxLen := fs.Int("ctx", 0, "context length per session (0 = the model's, at most 4096)")
 	maxSessions := fs.Int("max-sessions", 1, "concurrent sessions (KV caches) per model")
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a session per model (more: 429)")
@@ -133,7 +134,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		loadDirs = append(loadDirs, filepath.Dir(p))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	srv := server.New(server.Config{Threads: *threads, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait,
+	srv := server.New(server.Config{Threads: *threads, Mmap: *mmapW, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait,
 		Devices: *devs, LoadDirs: loadDirs, Logger: log})
 	defer srv.Close(context.Background())
 	if *ctl {

@@ -37,6 +37,7 @@ type Config struct {
 	Seed     uint64    // token ids are random in the vocabulary
 	Devices  string    // -devices value (runtime/devices); "" = cpu
 	Tune     tune.Mode // CPU kernel tuning (exec.Options.Tune)
+	Mmap     bool      // CPU weights stay in the file's mapping (exec.Options.Mmap)
 	// Progress, when set, is told each run's figure as it is measured.
 	Progress func(test string, run int, tps float64)
 }
@@ -117,7 +118,7 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 	rep.Model, rep.Size, rep.Params = Describe(m.Src)
 	rep.LoadAvg[0] = loadAvg()
 
-	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen, Tune: cfg.Tune})
+	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen, Tune: cfg.Tune, Mmap: cfg.Mmap})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,7 @@ type StreamsConfig struct {
 	Threads int       // worker threads (0 = one per CPU)
 	Seed    uint64    // the random prompts' seed
 	Tune    tune.Mode // CPU kernel tuning (exec.Options.Tune)
+	Mmap    bool      // CPU weights stay in the file's mapping (exec.Options.Mmap)
 	// Prompts, when set, are the streams' prompts (stream i takes
 	// Prompts[i % len]), each cut to Prompt tokens; else stream i's prompt is
 	// Prompt random ids of the vocabulary, seeded by Seed and i.
@@ -227,7 +228,7 @@ func runStreams(ctx context.Context, m *generate.Model, cfg StreamsConfig, threa
 	run := StreamsRun{Streams: s, Prompt: cfg.Prompt, Gen: cfg.Gen}
 	// One step can carry every stream's prompt, as the server's default
 	// batch of 512 rows does for its usual prompts.
-	e, err := m.NewEngine(exec.Options{Threads: threads, Context: cfg.Prompt + cfg.Gen, MaxBatch: min(max(s*cfg.Prompt, s), 512), Tune: cfg.Tune}, s)
+	e, err := m.NewEngine(exec.Options{Threads: threads, Context: cfg.Prompt + cfg.Gen, MaxBatch: min(max(s*cfg.Prompt, s), 512), Tune: cfg.Tune, Mmap: cfg.Mmap}, s)
 	if err != nil {
 		return run, err
 	}

@@ -23,7 +23,8 @@ const Overhead = 64 << 20
 type Estimate struct {
 	Context  int `json:"context"`
 	MaxBatch int `json:"max_batch"`
-	// Weights are every tensor the graph binds (mapped from the file).
+	// Weights are every tensor the graph binds (a CPU runner copies its
+	// matmul weights into RAM when they fit, else they stay mapped).
 	Weights int64 `json:"weights_bytes"`
 	// KV is the f16 KV cache: 2 × layers × context × kv_dim × 2 bytes.
 	KV int64 `json:"kv_cache_bytes"`

@@ -3,6 +3,7 @@ package discover
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/runtime/exec"
@@ -10,7 +11,8 @@ import (
 )
 
 // measure loads path for real and returns what it took: the heap growth of
-// exec.Load + exec.NewRunner plus the mapped bytes of the bound weights.
+// exec.Load + exec.NewRunner (which holds the weights the runner copied out
+// of the file) plus the bytes of the weights still mapped.
 func measure(t *testing.T, src weights.Source, opt Options) (int64, *exec.Runner) {
 	t.Helper()
 	var before, after runtime.MemStats
@@ -29,7 +31,9 @@ func measure(t *testing.T, src weights.Source, opt Options) (int64, *exec.Runner
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	var mapped int64
 	for _, b := range m.Weights {
-		mapped += int64(len(b.Data))
+		if d, err := src.Data(b.GGUF); err == nil && len(d) > 0 && unsafe.SliceData(d) == unsafe.SliceData(b.Data) {
+			mapped += int64(len(b.Data))
+		}
 	}
 	runtime.KeepAlive(m)
 	return heap + mapped, r

@@ -19,6 +19,8 @@ type Model struct {
 	Src     weights.Source
 	Graph   *dsl.G
 	Weights []Bound
+
+	res *residency // which weights CPU runners copied into memory (resident.go)
 }
 
 // Bound is one weight with its stored type and data.
@@ -49,7 +51,7 @@ func Load(src weights.Source) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Src: src, Graph: g, Weights: make([]Bound, len(g.Weights))}
+	m := &Model{Src: src, Graph: g, Weights: make([]Bound, len(g.Weights)), res: &residency{settled: make([]bool, len(g.Weights))}}
 	matmul := map[int]bool{}
 	for _, n := range g.Nodes {
 		if n.Op == dsl.OpMatMul {

@@ -2,13 +2,15 @@ package exec
 
 import (
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 // benchModel is JITLLM_BENCH_MODEL (a real-sized model, e.g. jitllm synth
-// --like llama-3.2-1b) or the shipped tiny Q4_K_M one.
+// --like llama-3.2-1b) or the shipped tiny Q4_K_M one, on
+// JITLLM_BENCH_THREADS workers (default 2).
 func benchModel(b *testing.B, opt Options) *Runner {
 	path := os.Getenv("JITLLM_BENCH_MODEL")
 	if path == "" {
@@ -25,6 +27,9 @@ func benchModel(b *testing.B, opt Options) *Runner {
 	}
 	if opt.Threads == 0 {
 		opt.Threads = 2
+		if n, err := strconv.Atoi(os.Getenv("JITLLM_BENCH_THREADS")); err == nil && n > 0 {
+			opt.Threads = n
+		}
 	}
 	r, err := NewRunner(m, opt)
 	if err != nil {

@@ -23,6 +23,12 @@ type Options struct {
 	Tune tune.Mode
 	// TuneDir holds the tuning cache; "" = os.UserCacheDir()/jitllm.
 	TuneDir string
+
+	// Mmap keeps the CPU runner reading its weights from the file's memory
+	// mapping. Otherwise the first CPU runner over a weight copies it into
+	// memory when the runner's matmul weights fit in half the available RAM
+	// (faster to stream: resident.go).
+	Mmap bool
 }
 
 // Batch is one step over rows from several sequences: row i feeds Tokens[i]
@@ -93,6 +99,7 @@ func NewRunner(m *Model, opt Options) (*Runner, error) {
 	if opt.Sequences <= 0 {
 		opt.Sequences = 1
 	}
+	m.settle(opt.Mmap)
 	r := &Runner{m: m, opt: opt, pool: NewPool(opt.Threads), tokens: make([]int32, opt.MaxBatch),
 		rowSeq: make([]int32, opt.MaxBatch), rowPos: make([]int32, opt.MaxBatch), seqPos: make([]int, opt.Sequences), seqRows: make([]int, opt.Sequences)}
 	if err := r.plan(); err != nil {

@@ -15,7 +15,7 @@ func (m *Model) Stage(lo, hi int) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Src: m.Src, Graph: g, Weights: m.Weights}, nil
+	return &Model{Src: m.Src, Graph: g, Weights: m.Weights, res: m.res}, nil
 }
 
 // StageWidth is the width of a stage's input rows (0 when it takes tokens)

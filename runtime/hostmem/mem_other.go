@@ -1,5 +1,5 @@
 //go:build !darwin
 
-package discover
+package hostmem
 
 func sysMemory() (total, avail uint64, ok bool) { return 0, 0, false }

@@ -1,4 +1,4 @@
-package discover
+package hostmem
 
 import (
 	"encoding/binary"
