@@ -3,7 +3,6 @@ package discover
 import (
 	"runtime"
 	"testing"
-	"unsafe"
 
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/runtime/exec"
@@ -11,8 +10,9 @@ import (
 )
 
 // measure loads path for real and returns what it took: the heap growth of
-// exec.Load + exec.NewRunner (which holds the weights the runner copied out
-// of the file) plus the bytes of the weights still mapped.
+// exec.Load + exec.NewRunner plus the bytes of the bound weights, which are
+// outside the heap on unix whether mapped from the file or copied by the
+// runner (mmap.Anon).
 func measure(t *testing.T, src weights.Source, opt Options) (int64, *exec.Runner) {
 	t.Helper()
 	var before, after runtime.MemStats
@@ -31,15 +31,16 @@ func measure(t *testing.T, src weights.Source, opt Options) (int64, *exec.Runner
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	var mapped int64
 	for _, b := range m.Weights {
-		if d, err := src.Data(b.GGUF); err == nil && len(d) > 0 && unsafe.SliceData(d) == unsafe.SliceData(b.Data) {
-			mapped += int64(len(b.Data))
-		}
+		mapped += int64(len(b.Data))
 	}
 	runtime.KeepAlive(m)
 	return heap + mapped, r
 }
 
 func TestEstimateMatchesRealLoad(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		t.Skip("weights are read into the Go heap here, which measure counts twice")
+	}
 	cases := []struct {
 		path string
 		opt  Options

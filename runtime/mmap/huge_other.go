@@ -1,0 +1,5 @@
+//go:build unix && !linux
+
+package mmap
+
+func adviseHuge([]byte) {}
