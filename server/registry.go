@@ -195,8 +195,9 @@ func checkFits(mi MemoryInfo, device string) error {
 		return nil
 	}
 	h := discover.HostInfo()
-	// Weights are mapped from the file, so only what is allocated counts
-	// against available RAM.
+	// A CPU runner copies the weights into RAM only when they fit in half
+	// of what is free (exec's resident weights), else they stay mapped from
+	// the file: only what is allocated besides them must fit.
 	need := mi.Total - mi.Weights
 	if h.MemAvailable > 0 && need > 0 && uint64(need) > h.MemAvailable {
 		return errorf(ErrNoMemory, "the model needs about %s of RAM besides its weights and %s is available", discover.GiB(need), discover.GiB(int64(h.MemAvailable)))

@@ -23,6 +23,18 @@ func Embed(d BlockDecode) *k.Kernel {
 	cols := b.Scalar("cols", k.Int)
 	nb := b.Let("nb", cols.Div(d.QK))
 	rowBytes := b.Let("rowBytes", nb.Mul(d.Bytes))
+	if c, ok := quantWarpCuts()[d.Name]; ok {
+		// a thread per unit of a block, as DequantF16 decodes: a decode
+		// step's one row is then 8×units threads, not 8 (a Q6_K row of the
+		// 1B took 60 µs a block a thread)
+		b.ParallelFor("u", 0, y.Len().Div(d.QK).Mul(c.units), func(u k.Expr) {
+			t := b.Let("t", u.Div(c.units))
+			row := b.Let("row", tok.At(t.Div(nb)).Cvt(k.Int))
+			in := b.View("in", w, row.Mul(rowBytes).Add(t.Rem(nb).Mul(d.Bytes)), d.Bytes)
+			c.unit(b, in, u.Rem(c.units), func(j, v k.Expr) { b.Store(y, t.Mul(d.QK).Add(j), v) })
+		})
+		return b.MustBuild()
+	}
 	b.ParallelFor("t", 0, y.Len().Div(d.QK), func(t k.Expr) {
 		row := b.Let("row", tok.At(t.Div(nb)).Cvt(k.Int))
 		in := b.View("in", w, row.Mul(rowBytes).Add(t.Rem(nb).Mul(d.Bytes)), d.Bytes)

@@ -1,6 +1,11 @@
 package ops
 
-import k "github.com/jitllm/jitllm/dsl/kernel"
+import (
+	"fmt"
+	"strings"
+
+	k "github.com/jitllm/jitllm/dsl/kernel"
+)
 
 // Integer warp mat-vecs: the activation quantized to its partner type's
 // bytes on the device (QuantizeQ8_K: int8 quants and a scale a block of
@@ -23,12 +28,58 @@ func QuantizeQ8_K() *k.Kernel {
 	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(256), 256)
-		q, is, zero := quantQ8_K(b, xb)
+		q, is, zero := quantQ8_K(b, xb.At)
 		b.For("j", 0, 256, func(j k.Expr) {
 			b.Store(xq, i.Mul(256).Add(j), k.Select(zero, k.F(0), q(j)).Cvt(k.I32).Cvt(k.U8))
 		})
 		b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
 	})
+	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
+	return b.MustBuild()
+}
+
+// RMSNormQuantize is RMSNormQuantize{Q8_K,Q8_0}(x, w []float32, xq []byte,
+// xd []float32, eps float32): RMSNorm(x, w) (weighted, one row) quantized
+// as QuantizeQ8_K / QuantizeQ8_0 quantize it (qk 256 or 32), without the
+// normalized row ever stored: a warp a block, each warp summing the whole
+// row's squares itself (the row is a few KiB, read from L2), so the decode
+// step's norm and its mat-vecs' activation quantizer are one launch. The
+// quants and scales are those of the two kernels in turn; the f64 sum of
+// squares is in the warp tree's order (RMSNormCTA's is the CTA tree's).
+func RMSNormQuantize(qk int) *k.Kernel {
+	name := map[int]string{256: "RMSNormQuantizeQ8_K", 32: "RMSNormQuantizeQ8_0"}[qk]
+	if name == "" {
+		panic("RMSNormQuantize: qk is 256 (Q8_K) or 32 (Q8_0)")
+	}
+	b := k.New(name)
+	b.Doc(fmt.Sprintf("quantizes RMSNorm(x)·w to blocks of %d (int8 quants into xq, scales into xd).", qk))
+	x, w := b.Buffer("x", k.F32), b.Buffer("w", k.F32)
+	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	eps := b.Scalar("eps", k.F32)
+	n := b.Let("n", x.Len())
+	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
+		ss := b.Sum("ss", k.F64, 0, n, func(j k.Expr) k.Expr {
+			xj := b.Let("xj", x.At(j))
+			return xj.Mul(xj).Cvt(k.F64)
+		})
+		mean := b.Let("mean", ss.Div(n.Cvt(k.F64)).Cvt(k.F32))
+		scale := b.Let("scale", k.F(1).Div(mean.Add(eps).Sqrt()))
+		base := b.Let("base", i.Mul(qk))
+		// RMSNorm's bits: x·scale, then ·w
+		y := func(j any) k.Expr { return x.At(base.Add(j)).Mul(scale).Mul(w.At(base.Add(j))) }
+		if qk == 256 {
+			q, is, zero := quantQ8_K(b, y)
+			b.For("j", 0, 256, func(j k.Expr) {
+				b.Store(xq, base.Add(j), k.Select(zero, k.F(0), q(j)).Cvt(k.I32).Cvt(k.U8))
+			})
+			b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
+			return
+		}
+		q, d := quantQ8_0(b, y)
+		b.For("j", 0, 32, func(j k.Expr) { b.Store(xq, base.Add(j), q(j).Cvt(k.I32).Cvt(k.U8)) })
+		b.Store(xd, i, d)
+	})
+	b.Schedule("ss_i", k.LoopSchedule{Threads: WarpLanes})
 	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
 	return b.MustBuild()
 }
@@ -137,7 +188,7 @@ func QuantizeQ8_0() *k.Kernel {
 	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(32), 32)
-		q, d := quantQ8_0(b, xb)
+		q, d := quantQ8_0(b, xb.At)
 		b.For("j", 0, 32, func(j k.Expr) { b.Store(xq, i.Mul(32).Add(j), q(j).Cvt(k.I32).Cvt(k.U8)) })
 		b.Store(xd, i, d)
 	})
@@ -158,16 +209,36 @@ func DotMatVecsAdd() map[string]func() *k.Kernel { return dotForms(residualStore
 // MatVecDotSiLUNAME(w, xq, xd, y).
 func DotMatVecsSiLU() map[string]func() *k.Kernel { return dotForms(siluStore) }
 
-func dotForms(st warpStore) map[string]func() *k.Kernel {
+// DotMatVecsMul are DotMatVecs multiplying each sum by res (the SwiGLU's
+// up projection times the gate's SiLU), MatVecDotMulNAME(w, xq, xd, res, y).
+func DotMatVecsMul() map[string]func() *k.Kernel { return dotForms(mulStore) }
+
+func dotForms(st warpStore) map[string]func() *k.Kernel { return dotFormsRows(st, 1) }
+
+// DotMatVecsRows are DotMatVecs (store form plain, Add, SiLU or Mul: "",
+// "Add", "SiLU", "Mul") with rows weight rows a warp, MatVecDot<form><NAME>x<rows>:
+// the warp's loads for its rows are in flight together and each activation
+// unit is read once for all of them. len(y) must be a multiple of rows. The
+// same bits as rows 1 (each row's sum folds in the same order).
+func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
+	st := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore}[form]
+	return dotFormsRows(st, rows)
+}
+
+func dotFormsRows(st warpStore, rows int) map[string]func() *k.Kernel {
 	out := map[string]func() *k.Kernel{}
 	for name, c := range dotCuts() {
-		out[name] = func() *k.Kernel { return matVecDot(name, c, st) }
+		out[name] = func() *k.Kernel { return matVecDot(name, c, st, rows) }
 	}
 	return out
 }
 
-func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
+func matVecDot(name string, c dotCut, st warpStore, rows int) *k.Kernel {
 	kname, doc := st.kernel("MatVecDot", name, "the quantized activation (xq, xd), in integers")
+	if rows > 1 {
+		kname += fmt.Sprintf("x%d", rows)
+		doc = strings.Replace(doc, "one warp per row", fmt.Sprintf("one warp per %d rows", rows), 1)
+	}
 	b := k.New(kname)
 	b.Doc(doc)
 	w, xq, xd := b.Buffer("w", k.U8), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
@@ -175,15 +246,24 @@ func matVecDot(name string, c dotCut, st warpStore) *k.Kernel {
 	y := b.Buffer("y", k.F32)
 	nb := b.Let("nb", xd.Len())
 	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
-	b.ParallelFor("r", 0, y.Len(), func(r k.Expr) {
-		sum := b.Acc("sum", k.OpAdd, k.F(0))
+	b.ParallelFor("r", 0, y.Len().Div(rows), func(g k.Expr) {
+		sums := make([]*k.Var, rows)
+		for q := range sums {
+			sums[q] = b.Acc(fmt.Sprintf("sum%d", q), k.OpAdd, k.F(0))
+		}
 		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
 			i := b.Let("i", u.Div(c.units))
-			wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
 			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
-			b.Fold(sum, xd.At(i).Mul(c.unit(b, wb, xb, u.Rem(c.units))))
+			s := b.Let("s", u.Rem(c.units))
+			for q, sum := range sums {
+				r := g.Mul(rows).Add(q)
+				wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+				b.Fold(sum, xd.At(i).Mul(c.unit(b, wb, xb, s)))
+			}
 		})
-		st.store(b, y, res, r, sum.Get())
+		for q, sum := range sums {
+			st.store(b, y, res, g.Mul(rows).Add(q), sum.Get())
+		}
 	})
 	warpSched(b, "u")
 	return b.MustBuild()

@@ -40,6 +40,91 @@ func TestQuantize(t *testing.T) {
 	}
 }
 
+// The rows-a-warp forms give the one-row forms' bits.
+func TestMatVecDotRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	const n, out = 512, 8
+	x := opstest.Floats(n, 2, r)
+	res := opstest.Floats(out, 1, r)
+	for _, form := range []string{"", "Add", "SiLU", "Mul"} {
+		for name, one := range ops.DotMatVecsRows(form, 1) {
+			xq, xd := partner(t, name, x)
+			typ := opstest.Type(name)
+			var w []byte
+			for range out {
+				w = append(w, opstest.Row(typ, n, nil, r)...)
+			}
+			args := func(y []float32) []any {
+				if form == "Add" || form == "Mul" {
+					return []any{w, xq, xd, res, y}
+				}
+				return []any{w, xq, xd, y}
+			}
+			want := make([]float32, out)
+			if err := k.Run(one(), args(want)...); err != nil {
+				t.Fatal(err)
+			}
+			for _, rows := range []int{2, 4} {
+				kern := ops.DotMatVecsRows(form, rows)[name]()
+				got := make([]float32, out)
+				if err := k.Run(kern, args(got)...); err != nil {
+					t.Fatal(err)
+				}
+				for o := range out {
+					if math.Float32bits(got[o]) != math.Float32bits(want[o]) {
+						t.Errorf("%s row %d: %v, one row a warp %v", kern.Name, o, got[o], want[o])
+					}
+				}
+			}
+		}
+	}
+}
+
+// RMSNormQuantize gives RMSNorm's row quantized by QuantizeQ8_K /
+// QuantizeQ8_0, bit for bit (the row's sum of squares lands on the same
+// f32 mean in either tree order here), zero blocks included.
+func TestRMSNormQuantize(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	const n = 2048
+	w := opstest.Floats(n, 1, r)
+	for rep := range 4 {
+		x := opstest.Floats(n, 3, r)
+		if rep == 1 {
+			for j := 256; j < 512; j++ {
+				x[j] = 0
+			}
+		}
+		y := make([]float32, n)
+		if err := k.Run(ops.RMSNormCTA(true), x, w, y, float32(1e-5)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			quantize *k.Kernel
+			qk       int
+		}{{ops.QuantizeQ8_K(), 256}, {ops.QuantizeQ8_0(), 32}} {
+			wq, wd := make([]byte, n), make([]float32, n/c.qk)
+			if err := k.Run(c.quantize, y, wq, wd); err != nil {
+				t.Fatal(err)
+			}
+			fused := ops.RMSNormQuantize(c.qk)
+			xq, xd := make([]byte, n), make([]float32, n/c.qk)
+			if err := k.Run(fused, x, w, xq, xd, float32(1e-5)); err != nil {
+				t.Fatal(err)
+			}
+			for j := range xq {
+				if xq[j] != wq[j] {
+					t.Fatalf("%s rep %d quant %d: %d, want %d", fused.Name, rep, j, int8(xq[j]), int8(wq[j]))
+				}
+			}
+			for b := range xd {
+				if math.Float32bits(xd[b]) != math.Float32bits(wd[b]) {
+					t.Fatalf("%s rep %d scale %d: %v, want %v", fused.Name, rep, b, xd[b], wd[b])
+				}
+			}
+		}
+	}
+}
+
 // partner quantizes x as the integer mat-vec of weight type name reads it.
 func partner(t *testing.T, name string, x []float32) (xq []byte, xd []float32) {
 	qk, kern := 256, ops.QuantizeQ8_K()
@@ -88,8 +173,11 @@ func TestMatVecDot(t *testing.T) {
 				t.Errorf("%s row %d: %v, want %v (Σ|p| %v)", name, o, y[o], want, mag)
 			}
 		}
-		ya, ys := make([]float32, out), make([]float32, out)
+		ya, ys, ym := make([]float32, out), make([]float32, out), make([]float32, out)
 		if err := k.Run(ops.DotMatVecsAdd()[name](), w, xq, xd, res, ya); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(ops.DotMatVecsMul()[name](), w, xq, xd, res, ym); err != nil {
 			t.Fatal(err)
 		}
 		if err := k.Run(ops.DotMatVecsSiLU()[name](), w, xq, xd, ys); err != nil {
@@ -99,9 +187,45 @@ func TestMatVecDot(t *testing.T) {
 			if ya[o] != res[o]+y[o] {
 				t.Errorf("%s Add row %d: %v, want %v", name, o, ya[o], res[o]+y[o])
 			}
+			if ym[o] != res[o]*y[o] {
+				t.Errorf("%s Mul row %d: %v, want %v", name, o, ym[o], res[o]*y[o])
+			}
 			v := y[o]
 			if want := v / (1 + float32(math.Exp(float64(-v)))); math.Abs(float64(ys[o]-want)) > float64(1e-6*math.Abs(float64(want)))+1e-30 {
 				t.Errorf("%s SiLU row %d: %v, want %v", name, o, ys[o], want)
+			}
+		}
+	}
+}
+
+// Embed decodes the rows its tokens name exactly as quant.Dequantize does,
+// for every block type.
+func TestEmbed(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	const cols, rows = 512, 5
+	if len(ops.Blocks()) < 5 {
+		t.Fatalf("only %d block types", len(ops.Blocks()))
+	}
+	for _, d := range ops.Blocks() {
+		typ := opstest.Type(d.Name)
+		var w []byte
+		for range rows {
+			w = append(w, opstest.Row(typ, cols, nil, r)...)
+		}
+		all := make([]float32, rows*cols)
+		if err := quant.Dequantize(typ, w, all); err != nil {
+			t.Fatal(err)
+		}
+		tok := []int32{3, 0, 4, 3}
+		y := make([]float32, len(tok)*cols)
+		if err := k.Run(ops.Embed(d), w, tok, y, cols); err != nil {
+			t.Fatal(err)
+		}
+		for i, tk := range tok {
+			for j := range cols {
+				if got, want := y[i*cols+j], all[int(tk)*cols+j]; math.Float32bits(got) != math.Float32bits(want) {
+					t.Fatalf("%s token %d value %d: %v, want %v", d.Name, tk, j, got, want)
+				}
 			}
 		}
 	}

@@ -60,7 +60,7 @@ func QuantRoundQ8_0() *k.Kernel {
 	b.ParallelFor("blk", 0, y.Len().Div(32), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(32), 32)
 		yb := b.View("yb", y, i.Mul(32), 32)
-		q, d := quantQ8_0(b, xb)
+		q, d := quantQ8_0(b, xb.At)
 		b.For("j", 0, 32, func(j k.Expr) { b.Store(yb, j, q(j).Mul(d)) })
 	})
 	return b.MustBuild()
@@ -69,13 +69,13 @@ func QuantRoundQ8_0() *k.Kernel {
 // quantQ8_0 quantizes a block of 32 as the CPU matmul quantizes an
 // activation to Q8_0 (x86 rounding): q(j) is value j's quant (an integral
 // F32), d the block's scale (f16-rounded).
-func quantQ8_0(b *k.Builder, xb *k.Buf) (q func(j k.Expr) k.Expr, d k.Expr) {
+func quantQ8_0(b *k.Builder, at func(j any) k.Expr) (q func(j k.Expr) k.Expr, d k.Expr) {
 	amax := b.Acc("amax", k.OpMax, k.F(0))
-	b.For("j", 0, 32, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
+	b.For("j", 0, 32, func(j k.Expr) { b.Fold(amax, absF(at(j))) })
 	a := b.Let("a", amax.Get())
 	d = b.Let("d", a.Div(127).F32ToF16().F16ToF32())
 	id := b.Let("id", k.Select(a.Ne(k.F(0)), k.F(127).Div(a), k.F(0)))
-	return func(j k.Expr) k.Expr { return rne(xb.At(j).Mul(id)) }, d
+	return func(j k.Expr) k.Expr { return rne(at(j).Mul(id)) }, d
 }
 
 // QuantRoundQ8_K is QuantRoundQ8_K(x, y []float32): each block of 256
@@ -89,7 +89,7 @@ func QuantRoundQ8_K() *k.Kernel {
 	b.ParallelFor("blk", 0, y.Len().Div(256), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(256), 256)
 		yb := b.View("yb", y, i.Mul(256), 256)
-		q, is, zero := quantQ8_K(b, xb)
+		q, is, zero := quantQ8_K(b, xb.At)
 		d := b.Let("d", k.F(1).Div(is))
 		b.For("j", 0, 256, func(j k.Expr) { b.Store(yb, j, k.Select(zero, k.F(0), q(j).Mul(d))) })
 	})
@@ -100,13 +100,13 @@ func QuantRoundQ8_K() *k.Kernel {
 // value j's quant (an integral F32), is the inverse scale −127/max (max
 // the value of largest magnitude, first such), zero whether the block is
 // all zeros (is and q(j) are then not numbers).
-func quantQ8_K(b *k.Builder, xb *k.Buf) (q func(j k.Expr) k.Expr, is, zero k.Expr) {
+func quantQ8_K(b *k.Builder, at func(j any) k.Expr) (q func(j k.Expr) k.Expr, is, zero k.Expr) {
 	amax := b.Acc("amax", k.OpMax, k.F(0))
-	b.For("j", 0, 256, func(j k.Expr) { b.Fold(amax, absF(xb.At(j))) })
+	b.For("j", 0, 256, func(j k.Expr) { b.Fold(amax, absF(at(j))) })
 	a := b.Let("a", amax.Get())
 	first := b.Acc("first", k.OpMin, k.I(255))
-	b.For("j", 0, 256, func(j k.Expr) { b.Fold(first, k.Select(absF(xb.At(j)).Eq(a), j, k.I(255))) })
-	mx := b.Let("mx", xb.At(first.Get()))
+	b.For("j", 0, 256, func(j k.Expr) { b.Fold(first, k.Select(absF(at(j)).Eq(a), j, k.I(255))) })
+	mx := b.Let("mx", at(first.Get()))
 	is = b.Let("iscale", k.F(-127).Div(mx))
-	return func(j k.Expr) k.Expr { return rne(is.Mul(xb.At(j))).Min(k.F(127)) }, is, a.Eq(k.F(0))
+	return func(j k.Expr) k.Expr { return rne(is.Mul(at(j))).Min(k.F(127)) }, is, a.Eq(k.F(0))
 }

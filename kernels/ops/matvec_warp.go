@@ -43,6 +43,7 @@ const (
 	plainStore    warpStore = iota
 	residualStore           // y[r] = res[r] + sum: AddF32's bits (f32 addition commutes)
 	siluStore               // y[r] = silu(sum): SiLUF32's bits
+	mulStore                // y[r] = res[r] · sum: MulF32's bits (f32 multiplication commutes)
 )
 
 // kernel is the name and doc line of store form st of a warp mat-vec of
@@ -55,14 +56,16 @@ func (st warpStore) kernel(prefix, typ, operand string) (name, doc string) {
 		return prefix + "Add" + typ, "sets y[r] to res[r] plus row r of the " + typ + dot
 	case siluStore:
 		return prefix + "SiLU" + typ, "sets y[r] to the SiLU of row r of the " + typ + dot
+	case mulStore:
+		return prefix + "Mul" + typ, "sets y[r] to res[r] times row r of the " + typ + dot
 	}
 	return prefix + typ, "sets y[r] to row r of the " + typ + dot
 }
 
-// residual declares the residual buffer of the Add form (nil otherwise);
-// it comes before y.
+// residual declares the other operand of the Add and Mul forms (nil
+// otherwise); it comes before y.
 func (st warpStore) residual(b *k.Builder) *k.Buf {
-	if st == residualStore {
+	if st == residualStore || st == mulStore {
 		return b.Buffer("res", k.F32)
 	}
 	return nil
@@ -75,6 +78,8 @@ func (st warpStore) store(b *k.Builder, y, res *k.Buf, r, sum k.Expr) {
 		b.Store(y, r, res.At(r).Add(sum))
 	case siluStore:
 		b.Store(y, r, silu(b, sum))
+	case mulStore:
+		b.Store(y, r, res.At(r).Mul(sum))
 	default:
 		b.Store(y, r, sum)
 	}

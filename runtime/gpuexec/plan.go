@@ -154,6 +154,52 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 		return k
 	}
 
+	// actQuants are the views of an n-value activation's quants and
+	// scales in blocks of qk (the integer mat-vecs' input)
+	actQuants := func(n, qk int) (view, view) {
+		if q8 < 0 {
+			q8 = p.add(alloc{name: "activation quants", kind: kernel.U8})
+			q8d = p.add(alloc{name: "activation scales", kind: kernel.F32})
+		}
+		p.allocs[q8].n = max(p.allocs[q8].n, n)
+		p.allocs[q8d].n = max(p.allocs[q8d].n, n/qk)
+		return view{q8, 0, n}, view{q8d, 0, n / qk}
+	}
+	uses := make([][]int, len(g.Nodes)) // the nodes reading each node
+	for i, n := range g.Nodes {
+		for _, j := range n.In {
+			uses[j] = append(uses[j], i)
+		}
+	}
+	for _, o := range g.Outputs {
+		uses[o] = append(uses[o], -1)
+	}
+	// quantizedBy is the partner quantizer every reader of node j quantizes
+	// it with for an integer decode mat-vec ("QuantizeQ8_K", "QuantizeQ8_0"),
+	// or "" when a reader wants its f32 values
+	quantizedBy := func(j int) (string, int) {
+		name, qk := "", 0
+		for _, u := range uses[j] {
+			if u < 0 || g.Nodes[u].Op != dsl.OpMatMul {
+				return "", 0
+			}
+			w := &m.Weights[g.Nodes[u].Weight]
+			d, ok := blockOf(w.Type)
+			if _, dot := ops.DotMatVecs()[d.Name]; !ok || !dot {
+				return "", 0
+			}
+			qn, q := "QuantizeQ8_K", 256
+			if quant.VecDotType(w.Type) == quant.Q8_0 {
+				qn, q = "QuantizeQ8_0", 32
+			}
+			if q != d.QK || (name != "" && qn != name) {
+				return "", 0
+			}
+			name, qk = qn, q
+		}
+		return name, qk
+	}
+
 	lower := func(rows int, dst *[]launch) (view, error) {
 		p.dst = dst
 		// activation slots by liveness, as runtime/exec plans them
@@ -169,6 +215,10 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 			}
 		}
 		var last struct { // the last activation rounding, in the scratch until another replaces it
+			rk *kernel.Kernel
+			x  view
+		}
+		var normQuant *struct { // set by a fused RMSNormQuantize* for the node loop's end
 			rk *kernel.Kernel
 			x  view
 		}
@@ -234,20 +284,18 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 						// a decode mat-vec in integers: the activation's
 						// quants and scales in its partner type, shared as
 						// the rounding is
-						if q8 < 0 {
-							q8 = p.add(alloc{name: "activation quants", kind: kernel.U8})
-							q8d = p.add(alloc{name: "activation scales", kind: kernel.F32})
-						}
-						p.allocs[q8].n = max(p.allocs[q8].n, x.n)
-						p.allocs[q8d].n = max(p.allocs[q8d].n, x.n/qk)
-						xq, xd := view{q8, 0, x.n}, view{q8d, 0, x.n / qk}
+						xq, xd := actQuants(x.n, qk)
 						quantize := cached(qname, qmk)
 						if last.rk != quantize || last.x != x {
 							p.call(i, quantize, x, xq, xd)
 						}
 						last.rk, last.x = quantize, x
 						dotIn = []any{xq, xd}
-						k = cached("MatVecDot"+d.Name, dk)
+						if rpw := dotRowsPerWarp(n.Cols); rpw > 1 {
+							k = cached(fmt.Sprintf("MatVecDot%sx%d", d.Name, rpw), ops.DotMatVecsRows("", rpw)[d.Name])
+						} else {
+							k = cached("MatVecDot"+d.Name, dk)
+						}
 						break
 					}
 					var rk *kernel.Kernel
@@ -306,11 +354,11 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				var ek func() *kernel.Kernel
 				var ename string
 				xin := []any{x}
+				dotForm := map[dsl.Op]string{dsl.OpAdd: "Add", dsl.OpSiLU: "SiLU", dsl.OpMul: "Mul"}[next.op]
 				switch {
-				case dotIn != nil && next.op == dsl.OpAdd:
-					ek, ename = ops.DotMatVecsAdd()[w.Type.String()], "MatVecDotAdd"+w.Type.String()
-				case dotIn != nil && next.op == dsl.OpSiLU:
-					ek, ename = ops.DotMatVecsSiLU()[w.Type.String()], "MatVecDotSiLU"+w.Type.String()
+				case dotIn != nil && dotForm != "":
+					rpw := dotRowsPerWarp(n.Cols)
+					ek, ename = ops.DotMatVecsRows(dotForm, rpw)[w.Type.String()], fmt.Sprintf("MatVecDot%s%sx%d", dotForm, w.Type.String(), rpw)
 				case next.op == dsl.OpAdd:
 					ek, ename = ops.WarpMatVecsAdd()[w.Type.String()], "MatVecWarpAdd"+w.Type.String()
 				case next.op == dsl.OpSiLU:
@@ -322,10 +370,10 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				switch {
 				case xr == 1 && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
-					// weights, the scratch (or quants) and (an Add) the
-					// residual
+					// weights, the scratch (or quants) and (an Add, a Mul)
+					// the other operand
 					args := append([]any{whole(raw(n.Weight), p)}, xin...)
-					if next.op == dsl.OpAdd {
+					if next.op == dsl.OpAdd || next.op == dsl.OpMul {
 						args = append(args, out[next.other])
 					}
 					p.call(i, cached(ename, ek), append(args, out[next.node])...)
@@ -344,7 +392,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 					p.call(i, cached("AddF32", ops.AddF32), in(0), in(1), out[i])
 				}
 			case dsl.OpMul:
-				p.call(i, cached("MulF32", ops.MulF32), in(0), in(1), out[i])
+				if !fused[i] {
+					p.call(i, cached("MulF32", ops.MulF32), in(0), in(1), out[i])
+				}
 			case dsl.OpScale:
 				p.call(i, cached("ScaleF32", ops.ScaleF32), in(0), out[i], n.F)
 			case dsl.OpSiLU:
@@ -365,6 +415,18 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 				wv, err := vector(n.Weight)
 				if err != nil {
 					return view{}, err
+				}
+				if qn, qk := quantizedBy(i); rows == 1 && !perRow && qn != "" && n.Cols%qk == 0 {
+					// every reader is an integer decode mat-vec: normalize
+					// and quantize in one launch, the f32 row never stored
+					xq, xd := actQuants(n.Cols, qk)
+					p.call(i, cached("RMSNormQuantize"+qn[len("Quantize"):], func() *kernel.Kernel { return ops.RMSNormQuantize(qk) }), in(0), whole(wv, p), xq, xd, n.F)
+					quantize := cached(qn, map[string]func() *kernel.Kernel{"QuantizeQ8_K": ops.QuantizeQ8_K, "QuantizeQ8_0": ops.QuantizeQ8_0}[qn])
+					normQuant = &struct {
+						rk *kernel.Kernel
+						x  view
+					}{quantize, out[i]}
+					break
 				}
 				if perRow {
 					p.call(i, cached("RMSNormRows", func() *kernel.Kernel { return ops.RMSNormRows(true) }), in(0), whole(wv, p), out[i], n.F, n.Group())
@@ -454,6 +516,10 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool) (*plan, error) {
 			if out[i].n > 0 && out[i].a == last.x.a { // a node wrote where the rounded activation came from
 				last.rk = nil
 			}
+			if normQuant != nil { // the quants hold this node's row: its readers skip the quantizer
+				last.rk, last.x = normQuant.rk, normQuant.x
+				normQuant = nil
+			}
 		}
 		if p.hidden { // every row goes on to the next stage
 			return out[id], nil
@@ -504,17 +570,33 @@ func Kernels(m *exec.Model) ([]*kernel.Kernel, error) {
 	return append(p.kernelList(), ops.ArgMaxCTA()), nil // the runner's ForwardGreedy adds the argmax
 }
 
+// dotRowsPerWarp is how many weight rows a warp of an integer decode
+// mat-vec takes for a matrix of rows rows: the most of 8, 4 and 2 (dividing
+// rows) that still leaves 2048 warps, about a full H200 (132 SMs × 16).
+// Measured (TestGPUMatVecDot, H200): 4 rows a warp took the 1B's Q6_K
+// output (128256 rows) from 178 to 113 µs and qwen3's Q8_0 one (151936)
+// from 142 to 61, a Q4_K 8192×2048 from 12.2 to 9.1; 2048-row matrices lost
+// (Q6_K 2048×8192: 15 → 31 µs), their warps too few to fill the card.
+func dotRowsPerWarp(rows int) int {
+	for _, r := range []int{8, 4, 2} {
+		if rows%r == 0 && rows/r >= 2048 {
+			return r
+		}
+	}
+	return 1
+}
+
 // epilogue is the node right after a mat-vec that the mat-vec can do as
-// it stores (an Add of the residual, a SiLU): node is it, other an Add's
-// input that is not the product.
+// it stores (an Add of the residual, a SiLU, a Mul by the gate): node is
+// it, other an Add's or Mul's input that is not the product.
 type epilogue struct {
 	op          dsl.Op
 	node, other int
 }
 
 // matVecEpilogues finds, for one-row steps, the mat-vecs whose only use is
-// the Add (x + W·a, a block's residual) or SiLU (the gate) right after
-// them: the product then never needs its own buffer, and nothing runs
+// the Add (x + W·a, a block's residual), SiLU (the gate) or Mul (the up
+// projection times the gate's SiLU) right after them: the product then never needs its own buffer, and nothing runs
 // between the two that could have reused the next node's slot.
 func matVecEpilogues(g *dsl.G, rows int) map[int]epilogue {
 	out := map[int]epilogue{}
@@ -538,10 +620,10 @@ func matVecEpilogues(g *dsl.G, rows int) map[int]epilogue {
 		switch {
 		case e.Op == dsl.OpSiLU && len(e.In) == 1 && e.In[0] == i:
 			out[i] = epilogue{op: dsl.OpSiLU, node: i + 1}
-		case e.Op == dsl.OpAdd && len(e.In) == 2 && e.In[1] == i && e.In[0] != i:
-			out[i] = epilogue{dsl.OpAdd, i + 1, e.In[0]}
-		case e.Op == dsl.OpAdd && len(e.In) == 2 && e.In[0] == i && e.In[1] != i:
-			out[i] = epilogue{dsl.OpAdd, i + 1, e.In[1]}
+		case (e.Op == dsl.OpAdd || e.Op == dsl.OpMul) && len(e.In) == 2 && e.In[1] == i && e.In[0] != i:
+			out[i] = epilogue{e.Op, i + 1, e.In[0]}
+		case (e.Op == dsl.OpAdd || e.Op == dsl.OpMul) && len(e.In) == 2 && e.In[0] == i && e.In[1] != i:
+			out[i] = epilogue{e.Op, i + 1, e.In[1]}
 		}
 	}
 	return out

@@ -309,10 +309,12 @@ func TestPlanMatchesCPU(t *testing.T) {
 	}
 }
 
-// In one-row steps each block's two residual Adds and its SiLU are done by
-// the mat-vecs before them (MatVecWarpAdd*, MatVecWarpSiLU* or their
-// integer forms MatVecDotAdd*, MatVecDotSiLU*): no AddF32 or
-// SiLUF32 launch is left for a quantized llama; prefill steps keep theirs.
+// In one-row steps each block's two residual Adds, its SiLU and the SwiGLU's
+// Mul are done by the mat-vecs before them (MatVecWarpAdd*, MatVecWarpSiLU*
+// or their integer forms MatVecDotAdd*, MatVecDotSiLU*, MatVecDotMul*), and
+// the norms quantize for the mat-vecs that read them (RMSNormQuantize*): no
+// AddF32, SiLUF32, MulF32 or RMSNorm launch is left for a quantized llama;
+// prefill steps keep theirs.
 func TestMatVecEpiloguesFused(t *testing.T) {
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
 	p, err := newPlan(m, 64, 4)
@@ -346,6 +348,26 @@ func TestMatVecEpiloguesFused(t *testing.T) {
 	}
 	if got := count(p.launches, "SiLUF32"); got != 0 {
 		t.Errorf("decode step: %d SiLUF32 launches left", got)
+	}
+	// the up projection's integer mat-vec multiplies by the gate's SiLU
+	if got := count(p.launches, "MatVecDotMul"); got != layers {
+		t.Errorf("decode step: %d fused mat-vec muls, want %d (one a block)", got, layers)
+	}
+	if got := count(p.launches, "MulF32"); got != 0 {
+		t.Errorf("decode step: %d MulF32 launches left", got)
+	}
+	if got := count(p.prefill, "MulF32"); got != layers {
+		t.Errorf("prefill step: %d MulF32 launches, want %d", got, layers)
+	}
+	// each block's two norms and the final one quantize for their mat-vecs
+	if got := count(p.launches, "RMSNormQuantize"); got != 2*layers+1 {
+		t.Errorf("decode step: %d fused norm quantizers, want %d", got, 2*layers+1)
+	}
+	if got := count(p.launches, "RMSNorm") - count(p.launches, "RMSNormQuantize"); got != 0 {
+		t.Errorf("decode step: %d RMSNorm launches left", got)
+	}
+	if got, want := count(p.launches, "Quantize"), 2*layers; got != want { // after the attention and the SwiGLU
+		t.Errorf("decode step: %d activation quantizers, want %d", got, want)
 	}
 }
 
@@ -387,5 +409,14 @@ func TestNoDriverError(t *testing.T) {
 	_, err := NewRunner(loadModel(t, "stories260K.gguf"), exec.Options{})
 	if !errors.Is(err, cuda.ErrNoDriver) {
 		t.Fatalf("want an error wrapping cuda.ErrNoDriver, got %v", err)
+	}
+}
+
+// Large decode matrices take several rows a warp, small ones one.
+func TestDotRowsPerWarp(t *testing.T) {
+	for rows, want := range map[int]int{512: 1, 2048: 1, 3072: 1, 4096: 2, 8192: 4, 14336: 4, 128256: 8, 151936: 8, 16385: 1} {
+		if got := dotRowsPerWarp(rows); got != want {
+			t.Errorf("%d rows: %d a warp, want %d", rows, got, want)
+		}
 	}
 }
