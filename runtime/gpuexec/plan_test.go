@@ -120,6 +120,9 @@ func newHostExec(p *plan) *hostExec {
 		}
 		h.mem = append(h.mem, m)
 	}
+	if err := h.run(p.setup); err != nil { // the resident f16 weights, as bind decodes them
+		panic(err)
+	}
 	return h
 }
 
@@ -306,6 +309,53 @@ func TestPlanMatchesCPU(t *testing.T) {
 			}
 			agree(t, cpu, newHostExec(p), n, tolerance(name))
 		})
+	}
+}
+
+// With room for resident f16 weights the prefill products read copies
+// decoded once (the plan's setup launches), and the interpreted plan still
+// generates what the CPU runner generates.
+func TestResidentF16PlanMatchesCPU(t *testing.T) {
+	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	shared, err := newPlanTiles(m, 64, 4, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPlanTiles(m, 64, 4, true, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(ls []launch, name string) (n int) {
+		for _, l := range ls {
+			if strings.HasPrefix(l.k.Name, name) {
+				n++
+			}
+		}
+		return n
+	}
+	tiled := count(shared.prefill, "MatMulTile")
+	if tiled == 0 || count(shared.prefill, "DequantF16") != tiled || len(shared.setup) != 0 {
+		t.Fatalf("no budget: %d tiled products, %d decodes a step, %d setup launches", tiled, count(shared.prefill, "DequantF16"), len(shared.setup))
+	}
+	if got := count(p.prefill, "DequantF16"); got != 0 {
+		t.Errorf("resident: %d decodes left in the prefill step", got)
+	}
+	if got := count(p.setup, "DequantF16"); got == 0 || got > tiled {
+		t.Errorf("resident: %d setup decodes for %d tiled products", got, tiled)
+	}
+	agree(t, cpu, newHostExec(p), 2, tolerance("synthetic/tiny256-Q4_K_M.gguf"))
+	// a budget too small for any matrix keeps the shared scratch
+	small, err := newPlanTiles(m, 64, 4, true, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(small.setup) != 0 || count(small.prefill, "DequantF16") != tiled {
+		t.Errorf("16-byte budget: %d setup launches, %d decodes a step", len(small.setup), count(small.prefill, "DequantF16"))
 	}
 }
 

@@ -81,10 +81,17 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
-	p, err := newPlanTiles(m, opt.Context, rows, c.Device.Major >= 8)
+	tiles := c.Device.Major >= 8
+	p, err := newPlanTiles(m, opt.Context, rows, tiles, 0)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
+	}
+	if budget := residentF16Budget(c, p); budget > 0 && tiles && rows > 1 {
+		if p, err = newPlanTiles(m, opt.Context, rows, tiles, budget); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("gpuexec: %w", err)
+		}
 	}
 	r := &Runner{m: m, opt: opt, p: p, c: c}
 	if err := r.bind(); err != nil {
@@ -92,6 +99,26 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
 	return r, nil
+}
+
+// residentF16Reserve is the device memory left free beside the plan and
+// its resident f16 weights: room for other runners, the driver's growth
+// and other processes.
+const residentF16Reserve = 4 << 30
+
+// residentF16Budget is the bytes of resident f16 prefill weights the device
+// has room for beside plan p: half of what is free after p's allocations,
+// the driver's overhead and residentF16Reserve.
+func residentF16Budget(c *cuda.Context, p *plan) int64 {
+	free, _, err := c.MemInfo()
+	if err != nil {
+		return 0
+	}
+	need := int64(DeviceOverhead + residentF16Reserve)
+	for _, a := range p.allocs {
+		need += allocSize(a)
+	}
+	return max(int64(free)-need, 0) / 2
 }
 
 func (r *Runner) bind() error {
@@ -126,6 +153,19 @@ func (r *Runner) bind() error {
 				return fmt.Errorf("%s: %w", a.name, err)
 			}
 		}
+	}
+	setup, err := r.bindCalls(p.setup, tg, fns)
+	if err != nil {
+		return err
+	}
+	for i := range setup {
+		c := &setup[i]
+		if err := c.fn.Launch(c.grid, c.block, 0, nil, c.args); err != nil {
+			return err
+		}
+	}
+	if err := r.c.Synchronize(); err != nil {
+		return fmt.Errorf("decoding the resident f16 weights: %w", err)
 	}
 	if r.calls, err = r.bindCalls(p.launches, tg, fns); err != nil {
 		return err
