@@ -59,8 +59,8 @@ type plan struct {
 
 	tiles         bool  // prefill products on the tensor cores (MatMulTile: sm_80 and later)
 	f16Left       int64 // bytes left for resident f16 copies of prefill weights (f16Budget)
-	hidden        bool // a stage graph ending in hidden rows (stage.go), not logits
-	input, pinput view // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
+	hidden        bool  // a stage graph ending in hidden rows (stage.go), not logits
+	input, pinput view  // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
 }
 
 // The step buffer's views: [last row, position] and the tokens.
