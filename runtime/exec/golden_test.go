@@ -9,23 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 const testdata = "../../testdata"
 
 func load(t testing.TB, rel string, opt Options) *Runner {
 	t.Helper()
-	src, err := weights.Open(filepath.Join(testdata, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	m, err := Load(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openModel(t, rel)
 	if opt.Threads == 0 {
 		opt.Threads = 2
 	}

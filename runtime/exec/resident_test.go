@@ -35,7 +35,8 @@ func matmulWeightsMapped(t *testing.T, m *Model) (mapped, copied int) {
 	return mapped, copied
 }
 
-func openModel(t *testing.T, rel string) *Model {
+// openModel loads the model file testdata/rel, closed when t ends.
+func openModel(t testing.TB, rel string) *Model {
 	t.Helper()
 	src, err := weights.Open(filepath.Join(testdata, rel))
 	if err != nil {

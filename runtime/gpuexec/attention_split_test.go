@@ -1,13 +1,10 @@
 package gpuexec
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/jitllm/jitllm/dsl/kernel"
-	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/ops/opstest"
 	"github.com/jitllm/jitllm/kernels/quant"
@@ -25,8 +22,8 @@ import (
 func TestGPUAttentionSplitDecode(t *testing.T) {
 	needGPU(t)
 	c, s := deviceStream(t)
-	forms := [][2]*kernel.Kernel{{ops.AttentionSplit(), ops.AttentionMerge()}}
-	mod, tg := loadKernels(t, c, forms[0][0], forms[0][1])
+	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
+	mod, tg := loadKernels(t, c, split, merge)
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, sh := range []struct {
 		name              string
@@ -46,59 +43,31 @@ func TestGPUAttentionSplitDecode(t *testing.T) {
 		sd, pd, yd := zeroed(t, c, 4*ns), zeroed(t, c, 4*np), zeroed(t, c, 4*len(q))
 		for _, pos := range []int{0, 64, 128, 511, 2047} {
 			stepd := upload(t, c, []byte{0, 0, 0, 0, byte(pos), byte(pos >> 8), 0, 0})
-			var line string
-			for _, f := range forms {
-				split, merge := f[0], f[1]
-				sa := cuda.NewArgs(19)
-				for i, b := range []struct {
-					p cuda.Buffer
-					n int
-				}{{qd, len(q)}, {kd, len(kc)}, {vd, len(vc)}, {pd, np}, {stepd, 2}, {sd, ns}} {
-					sa.Set(2*i, b.p.Ptr)
-					sa.Set(2*i+1, uint64(b.n))
-				}
-				for i, v := range []int{sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks} {
-					sa.Set(12+i, uint64(v))
-				}
-				sa.Set(18, uint64(math.Float32bits(scale)))
-				ma := cuda.NewArgs(9)
-				for i, b := range []struct {
-					p cuda.Buffer
-					n int
-				}{{pd, np}, {stepd, 2}, {yd, len(q)}} {
-					ma.Set(2*i, b.p.Ptr)
-					ma.Set(2*i+1, uint64(b.n))
-				}
-				ma.Set(6, uint64(sh.hd))
-				ma.Set(7, uint64(sh.heads))
-				ma.Set(8, uint64(ops.AttnSplitChunks))
-				runSplit := launcher(t, mod, tg, s, split, sa, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(np), ptx.Elems(2), ptx.Elems(ns),
-					sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
-				runMerge := launcher(t, mod, tg, s, merge, ma, ptx.Elems(np), ptx.Elems(2), ptx.Elems(len(q)), sh.hd, sh.heads, ops.AttnSplitChunks)
-				runSplit()
-				runMerge()
-				if err := s.Synchronize(); err != nil {
-					t.Fatal(err)
-				}
-				got := make([]byte, 4*len(q))
-				if err := yd.Download(got); err != nil {
-					t.Fatal(err)
-				}
-				want := opstest.AttentionRef(q, kc, vc, pos, sh.hd, sh.heads, group, dim, scale)
-				var worst float64
-				for i, g := range f32sFrom(got) {
-					worst = math.Max(worst, math.Abs(float64(g)-want[i]))
-					if math.IsNaN(float64(g)) {
-						worst = math.Inf(1)
-					}
-				}
-				if worst > 1e-4 {
-					t.Errorf("%s %s at position %d: the device differs from the reference by %.3g", sh.name, split.Name, pos, worst)
-				}
-				us := deviceMicros(t, c, s, 20, func() { runSplit(); runMerge() })
-				line += fmt.Sprintf("  %s %.1f µs", split.Name, us)
+			runSplit, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
+				attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
+				sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
+			runSplit()
+			runMerge()
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("%s heads, one row at position %d:%s", sh.name, pos, line)
+			got := make([]byte, 4*len(q))
+			if err := yd.Download(got); err != nil {
+				t.Fatal(err)
+			}
+			want := opstest.AttentionRef(q, kc, vc, pos, sh.hd, sh.heads, group, dim, scale)
+			var worst float64
+			for i, g := range f32sFrom(got) {
+				worst = math.Max(worst, math.Abs(float64(g)-want[i]))
+				if math.IsNaN(float64(g)) {
+					worst = math.Inf(1)
+				}
+			}
+			if worst > 1e-4 {
+				t.Errorf("%s %s at position %d: the device differs from the reference by %.3g", sh.name, split.Name, pos, worst)
+			}
+			us := deviceMicros(t, c, s, 20, func() { runSplit(); runMerge() })
+			t.Logf("%s heads, one row at position %d: AttentionSplit+Merge %.1f µs", sh.name, pos, us)
 			stepd.Free()
 		}
 		for _, b := range []cuda.Buffer{qd, kd, vd, sd, pd, yd} {

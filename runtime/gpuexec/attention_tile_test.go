@@ -83,32 +83,9 @@ func TestGPUAttentionTile(t *testing.T) {
 		if worst > 1e-3 {
 			t.Errorf("%s, %d rows at position %d: the device differs from the reference by %.3g", sh.name, sh.rows, sh.pos, worst)
 		}
-		sa := cuda.NewArgs(19)
-		for i, b := range []struct {
-			p cuda.Buffer
-			n int
-		}{{qd, len(q)}, {kd, len(kc)}, {vd, len(vc)}, {pd, np}, {stepd, 2}, {sd, ns}} {
-			sa.Set(2*i, b.p.Ptr)
-			sa.Set(2*i+1, uint64(b.n))
-		}
-		for i, v := range []int{sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks} {
-			sa.Set(12+i, uint64(v))
-		}
-		sa.Set(18, uint64(math.Float32bits(scale)))
-		ma := cuda.NewArgs(9)
-		for i, b := range []struct {
-			p cuda.Buffer
-			n int
-		}{{pd, np}, {stepd, 2}, {yd, len(q)}} {
-			ma.Set(2*i, b.p.Ptr)
-			ma.Set(2*i+1, uint64(b.n))
-		}
-		ma.Set(6, uint64(sh.hd))
-		ma.Set(7, uint64(sh.heads))
-		ma.Set(8, uint64(ops.AttnSplitChunks))
-		runSplit := launcher(t, mod, tg, s, split, sa, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(np), ptx.Elems(2), ptx.Elems(ns),
+		runSplit, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
+			attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
 			sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
-		runMerge := launcher(t, mod, tg, s, merge, ma, ptx.Elems(np), ptx.Elems(2), ptx.Elems(len(q)), sh.hd, sh.heads, ops.AttnSplitChunks)
 		tu := deviceMicros(t, c, s, 10, runTile)
 		su := deviceMicros(t, c, s, 5, func() { runSplit(); runMerge() })
 		t.Logf("%s heads, %d rows at position %d: AttentionTile %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, tu, worst, su)

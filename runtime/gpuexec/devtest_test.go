@@ -139,3 +139,46 @@ func f32sFrom(b []byte) []float32 {
 	}
 	return v
 }
+
+// attnBufs are the device buffers of a decode-attention launch pair: the
+// query rows, the f16 caches, AttentionSplit's pieces and scores, the step
+// and the output, with their lengths in elements.
+type attnBufs struct {
+	q, kc, vc, part, step, sc, y cuda.Buffer
+	nq, nkc, nvc, np, ns         int
+}
+
+// attnSplitMerge are launches of AttentionSplit then AttentionMerge (split,
+// merge of mod) over b for heads of hd dimensions in groups of group, kv
+// rows dim wide, ctx cache rows, chunks pieces a pair.
+func attnSplitMerge(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, split, merge *kernel.Kernel, b attnBufs,
+	hd, heads, group, dim, ctx, chunks int, scale float32) (runSplit, runMerge func()) {
+	t.Helper()
+	sa := cuda.NewArgs(19)
+	for i, v := range []struct {
+		p cuda.Buffer
+		n int
+	}{{b.q, b.nq}, {b.kc, b.nkc}, {b.vc, b.nvc}, {b.part, b.np}, {b.step, 2}, {b.sc, b.ns}} {
+		sa.Set(2*i, v.p.Ptr)
+		sa.Set(2*i+1, uint64(v.n))
+	}
+	for i, v := range []int{hd, heads, group, dim, ctx, chunks} {
+		sa.Set(12+i, uint64(v))
+	}
+	sa.Set(18, uint64(math.Float32bits(scale)))
+	ma := cuda.NewArgs(9)
+	for i, v := range []struct {
+		p cuda.Buffer
+		n int
+	}{{b.part, b.np}, {b.step, 2}, {b.y, b.nq}} {
+		ma.Set(2*i, v.p.Ptr)
+		ma.Set(2*i+1, uint64(v.n))
+	}
+	ma.Set(6, uint64(hd))
+	ma.Set(7, uint64(heads))
+	ma.Set(8, uint64(chunks))
+	runSplit = launcher(t, mod, tg, s, split, sa, ptx.Elems(b.nq), ptx.Elems(b.nkc), ptx.Elems(b.nvc), ptx.Elems(b.np), ptx.Elems(2), ptx.Elems(b.ns),
+		hd, heads, group, dim, ctx, chunks, scale)
+	runMerge = launcher(t, mod, tg, s, merge, ma, ptx.Elems(b.np), ptx.Elems(2), ptx.Elems(b.nq), hd, heads, chunks)
+	return runSplit, runMerge
+}
