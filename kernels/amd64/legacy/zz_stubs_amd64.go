@@ -54,7 +54,7 @@ func q40RepackAVX2Tile4x1(nb int, w *byte, wstride int, x *byte, xstride int, ou
 //go:noescape
 func q80VNNIDot(nb int, w *byte, x *byte) float32
 
-// q80VNNITile4x4 is 4 weight rows × 4 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI).
+// q80VNNITile4x4 is 4 weight rows × 4 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI), two outputs a zmm.
 //
 //go:noescape
 func q80VNNITile4x4(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)

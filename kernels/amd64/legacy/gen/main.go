@@ -96,7 +96,11 @@ func main() {
 			w, x = 4, 4
 		}
 		q.gen(q.name+"Dot", 1, 1, true)
-		q.gen(fmt.Sprintf("%sTile%dx%d", q.name, w, x), w, x, false)
+		if q.kind == kQ80 && q.evex {
+			q80WideTile(q.name + "Tile4x4")
+		} else {
+			q.gen(fmt.Sprintf("%sTile%dx%d", q.name, w, x), w, x, false)
+		}
 		// a decode tile: one activation row against 4 weight rows, 4
 		// independent FMA chains where a Dot has one (AVX2 MXFP4's two
 		// accumulators per output leave no room)
@@ -408,6 +412,89 @@ func (q qkern) gen(name string, W, X int, dot bool) {
 	} else {
 		storeOut(W, X, dot, func(i, j int) VecPhysical { return xr[acc(i, j, 0).PhysicalIndex()] })
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// q80WideTile writes the AVX-512 VNNI Q8_0 tile of 4 weight rows × 4
+// activation rows with two outputs a zmm: lanes 0-7 are output (i, 2p)'s
+// eight-lane accumulator and lanes 8-15 output (i, 2p+1)'s, the two weight
+// rows' quants (and scales) side by side and the activation block in both
+// halves. The dot product, the conversion, the scale product and the FMA
+// of a block are then one instruction for two outputs, each lane's
+// arithmetic that of the one-output tile in the same order (the same
+// bits), and a block costs ~80 instructions instead of ~120.
+func q80WideTile(name string) {
+	const W, X, wb = 4, 4, 34
+	TEXT(name, NOSPLIT, tileSig)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s is %d weight rows × %d Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI), two outputs a zmm.", name, W, X))
+	wp, xp := wpr[:W], xpr[:X]
+	rowPointers("w", "wstride", wp, RAX)
+	rowPointers("x", "xstride", xp, RAX)
+	Load(Param("nb"), RCX)
+	woff, xoff := RBX, RDX
+	XORQ(woff, woff)
+	XORQ(xoff, xoff)
+	acc := func(i, p int) VecPhysical { return zr[2*i+p] } // outputs (i, 2p) and (i, 2p+1)
+	for i := 0; i < X; i++ {
+		for p := 0; p < 2; p++ {
+			VPXORD(acc(i, p), acc(i, p), acc(i, p))
+		}
+	}
+	wq, dw := [2]VecPhysical{Z16, Z17}, [2]VecPhysical{Z20, Z21}
+	ya, corr, dx, t, d, c1 := Z24, Z25, Z26, Z27, Z28, Z29
+	MOVL(U32(0x80808080), EAX)
+	VMOVD(EAX, X29)
+	VPBROADCASTD(X29, c1)
+	loop, done := name+"_loop", name+"_done"
+	TESTQ(RCX, RCX)
+	JZ(LabelRef(done))
+	Label(loop)
+	for p := 0; p < 2; p++ {
+		lo, hi := wp[2*p], wp[2*p+1]
+		// the two rows' f16 scales, 8 copies each, widened to 16 lanes
+		VPBROADCASTW(m(lo, woff, 0), xr[dw[p].PhysicalIndex()])
+		VPBROADCASTW(m(hi, woff, 0), X30)
+		VINSERTI32X4(U8(1), X30, yr[dw[p].PhysicalIndex()], yr[dw[p].PhysicalIndex()])
+		VCVTPH2PS(yr[dw[p].PhysicalIndex()], dw[p])
+		// their quants, +128 as unsigned bytes
+		VMOVDQU32(m(lo, woff, 2), yr[wq[p].PhysicalIndex()])
+		VINSERTI64X4(U8(1), m(hi, woff, 2), wq[p], wq[p])
+		VPXORD(c1, wq[p], wq[p])
+	}
+	for i := 0; i < X; i++ {
+		VPBROADCASTW(m(xp[i], xoff, 0), yr[dx.PhysicalIndex()])
+		VCVTPH2PS(yr[dx.PhysicalIndex()], dx)
+		VBROADCASTI64X4(m(xp[i], xoff, 2), ya)
+		// corr = -(128·Σ4 y)
+		VPXORD(corr, corr, corr)
+		VPDPBUSD(ya, c1, corr)
+		VPXORD(t, t, t)
+		VPSUBD(corr, t, corr)
+		for p := 0; p < 2; p++ {
+			VMOVDQA64(corr, t)
+			VPDPBUSD(ya, wq[p], t)
+			VCVTDQ2PS(t, t)
+			VMULPS(dx, dw[p], d)
+			VFMADD231PS(t, d, acc(i, p))
+		}
+	}
+	ADDQ(U32(wb), woff)
+	ADDQ(U32(wb), xoff)
+	DECQ(RCX)
+	JNZ(LabelRef(loop))
+	Label(done)
+	// the odd outputs' accumulators (high halves) to Y8-Y15, then every
+	// output's hsum_float_8 into its register's low lane
+	for k := 0; k < 8; k++ {
+		VEXTRACTF64X4(U8(1), zr[k], yr[8+k])
+	}
+	zero(X28, true)
+	for k := 0; k < 16; k++ {
+		hsum8(yr[k], X27, X28, true, true)
+	}
+	storeOut(W, X, false, func(i, j int) VecPhysical { return xr[2*i+j/2+8*(j%2)] })
 	VZEROUPPER()
 	RET()
 }
