@@ -4,6 +4,7 @@ package attn
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -273,16 +274,19 @@ func BenchmarkDot(b *testing.B) {
 }
 
 func BenchmarkAccum(b *testing.B) {
-	a, vs, ms := make([]float32, 64), make([]float32, 64), make([]float32, 64)
+	vs, ms := make([]float32, 64), make([]float32, 64)
 	for i := range ms {
 		vs[i], ms[i] = 0.5, 1
 	}
 	v := make([]uint16, 64*512)
-	for _, k := range kernels(b) {
-		b.Run(k.ISA, func(b *testing.B) {
-			for b.Loop() {
-				k.Accum(a, v, 512, vs, ms)
-			}
-		})
+	for _, hd := range []int{64, 128} { // 64 rows of a 64- and a 128-value head
+		a := make([]float32, hd)
+		for _, k := range kernels(b) {
+			b.Run(fmt.Sprintf("hd%d/%s", hd, k.ISA), func(b *testing.B) {
+				for b.Loop() {
+					k.Accum(a, v, 512, vs, ms)
+				}
+			})
+		}
 	}
 }

@@ -42,6 +42,9 @@ type isa struct {
 	half  func(i int) VecPhysical // the register holding lanes f16 values
 }
 
+// hiY are Y24-Y31, the f16 halves of an eight-register block.
+var hiY = [8]VecPhysical{Y24, Y25, Y26, Y27, Y28, Y29, Y30, Y31}
+
 var (
 	avx512 = isa{"AVX512", 16, func(i int) VecPhysical { return zr[i] }, func(i int) VecPhysical { return yr[i] }}
 	avx2   = isa{"AVX2", 8, func(i int) VecPhysical { return yr[i] }, func(i int) VecPhysical { return xr[i] }}
@@ -127,7 +130,8 @@ func genDot(s isa) {
 
 // genAcc: for r < rows, acc (nv·lanes values) = f16(acc·ms[r]) where
 // ms[r] ≠ 1, then f16(fma(v row r, vs[r], acc)). The columns are
-// independent, so it runs blocks of up to 4 registers down all the rows.
+// independent, so it runs blocks of up to 8 (AVX-512; AVX2 4) registers
+// down all the rows.
 func genAcc(s isa) {
 	name := "acc" + s.name
 	TEXT(name, NOSPLIT, "func(nv int, acc *float32, v *uint16, vstride int, rows int, vs *float32, ms *float32)")
@@ -145,6 +149,10 @@ func genAcc(s isa) {
 		a := func(i int) VecPhysical { return s.reg(i) }
 		t := func(i int) VecPhysical { return s.reg(4 + i) }
 		h := func(i int) VecPhysical { return s.half(8 + i) }
+		if nb > 4 { // AVX-512 only: temporaries and halves in Z16-Z31
+			t = func(i int) VecPhysical { return zr[16+i] }
+			h = func(i int) VecPhysical { return hiY[i] }
+		}
 		for i := 0; i < nb; i++ {
 			VMOVUPS(Mem{Base: acc, Disp: 4 * s.lanes * i}, a(i))
 		}
@@ -193,6 +201,16 @@ func genAcc(s isa) {
 		ADDQ(U32(4*s.lanes*nb), acc)
 		ADDQ(U32(2*s.lanes*nb), v)
 		SUBQ(U8(nb), nv)
+	}
+	if s.lanes == 16 {
+		// eight registers (a 128-value head in one pass): eight independent
+		// FMA → f16 → f32 chains a row where four left each row waiting on
+		// the round trip's latency
+		Label(name + "_loop8")
+		CMPQ(nv, U8(8))
+		JB(LabelRef(name + "_loop4"))
+		block(8)
+		JMP(LabelRef(name + "_loop8"))
 	}
 	Label(name + "_loop4")
 	CMPQ(nv, U8(4))
