@@ -27,15 +27,28 @@ func QuantizeQ8_K() *k.Kernel {
 	b.Doc("quantizes each block of 256 values of x to Q8_K: int8 quants into xq, the scale into xd.")
 	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
-		xb := b.View("xb", x, i.Mul(256), 256)
-		q, is, zero := quantQ8_K(b, xb.At)
-		b.For("j", 0, 256, func(j k.Expr) {
-			b.Store(xq, i.Mul(256).Add(j), k.Select(zero, k.F(0), q(j)).Cvt(k.I32).Cvt(k.U8))
-		})
-		b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
+		storeQuantized(b, 256, i, i.Mul(256), b.View("xb", x, i.Mul(256), 256).At, xq, xd)
 	})
 	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
 	return b.MustBuild()
+}
+
+// storeQuantized quantizes block i of qk values (value j is at(j)) as the
+// CPU matmul quantizes an activation, to Q8_K (qk 256: zero blocks
+// cleared) or Q8_0 (qk 32): the int8 quants into xq from base (i·qk), the
+// scale (Q8_K's 1/iscale) into xd[i].
+func storeQuantized(b *k.Builder, qk int, i, base k.Expr, at func(j any) k.Expr, xq, xd *k.Buf) {
+	if qk == 256 {
+		q, is, zero := quantQ8_K(b, at)
+		b.For("j", 0, 256, func(j k.Expr) {
+			b.Store(xq, base.Add(j), k.Select(zero, k.F(0), q(j)).Cvt(k.I32).Cvt(k.U8))
+		})
+		b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
+		return
+	}
+	q, d := quantQ8_0(b, at)
+	b.For("j", 0, 32, func(j k.Expr) { b.Store(xq, base.Add(j), q(j).Cvt(k.I32).Cvt(k.U8)) })
+	b.Store(xd, i, d)
 }
 
 // RMSNormQuantize is RMSNormQuantize{Q8_K,Q8_0}(x, w []float32, xq []byte,
@@ -67,17 +80,7 @@ func RMSNormQuantize(qk int) *k.Kernel {
 		base := b.Let("base", i.Mul(qk))
 		// RMSNorm's bits: x·scale, then ·w
 		y := func(j any) k.Expr { return x.At(base.Add(j)).Mul(scale).Mul(w.At(base.Add(j))) }
-		if qk == 256 {
-			q, is, zero := quantQ8_K(b, y)
-			b.For("j", 0, 256, func(j k.Expr) {
-				b.Store(xq, base.Add(j), k.Select(zero, k.F(0), q(j)).Cvt(k.I32).Cvt(k.U8))
-			})
-			b.Store(xd, i, k.Select(zero, k.F(0), k.F(1).Div(is)))
-			return
-		}
-		q, d := quantQ8_0(b, y)
-		b.For("j", 0, 32, func(j k.Expr) { b.Store(xq, base.Add(j), q(j).Cvt(k.I32).Cvt(k.U8)) })
-		b.Store(xd, i, d)
+		storeQuantized(b, qk, i, base, y, xq, xd)
 	})
 	b.Schedule("ss_i", k.LoopSchedule{Threads: WarpLanes})
 	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
@@ -187,10 +190,7 @@ func QuantizeQ8_0() *k.Kernel {
 	b.Doc("quantizes each block of 32 values of x to Q8_0 (x86 rounding): int8 quants into xq, the scale into xd.")
 	x, xq, xd := b.Buffer("x", k.F32), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
-		xb := b.View("xb", x, i.Mul(32), 32)
-		q, d := quantQ8_0(b, xb.At)
-		b.For("j", 0, 32, func(j k.Expr) { b.Store(xq, i.Mul(32).Add(j), q(j).Cvt(k.I32).Cvt(k.U8)) })
-		b.Store(xd, i, d)
+		storeQuantized(b, 32, i, i.Mul(32), b.View("xb", x, i.Mul(32), 32).At, xq, xd)
 	})
 	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
 	return b.MustBuild()
@@ -199,29 +199,21 @@ func QuantizeQ8_0() *k.Kernel {
 // DotMatVecs are the integer warp mat-vecs by weight type name,
 // MatVecDotNAME(w, xq []byte, xd, y []float32): y[r] = row r of the matrix
 // dotted with the quantized activation (xq, xd), a warp per row.
-func DotMatVecs() map[string]func() *k.Kernel { return dotForms(plainStore) }
+func DotMatVecs() map[string]func() *k.Kernel { return dotFormsRows(plainStore, 1) }
 
-// DotMatVecsAdd are DotMatVecs with the residual added,
-// MatVecDotAddNAME(w, xq, xd, res, y).
-func DotMatVecsAdd() map[string]func() *k.Kernel { return dotForms(residualStore) }
-
-// DotMatVecsSiLU are DotMatVecs storing the SiLU of each sum,
-// MatVecDotSiLUNAME(w, xq, xd, y).
-func DotMatVecsSiLU() map[string]func() *k.Kernel { return dotForms(siluStore) }
-
-// DotMatVecsMul are DotMatVecs multiplying each sum by res (the SwiGLU's
-// up projection times the gate's SiLU), MatVecDotMulNAME(w, xq, xd, res, y).
-func DotMatVecsMul() map[string]func() *k.Kernel { return dotForms(mulStore) }
-
-func dotForms(st warpStore) map[string]func() *k.Kernel { return dotFormsRows(st, 1) }
-
-// DotMatVecsRows are DotMatVecs (store form plain, Add, SiLU or Mul: "",
-// "Add", "SiLU", "Mul") with rows weight rows a warp, MatVecDot<form><NAME>x<rows>:
-// the warp's loads for its rows are in flight together and each activation
-// unit is read once for all of them. len(y) must be a multiple of rows. The
-// same bits as rows 1 (each row's sum folds in the same order).
+// DotMatVecsRows are DotMatVecs in a store form and with rows weight rows a
+// warp, MatVecDot<form><NAME> (rows 1) or MatVecDot<form><NAME>x<rows>. The
+// forms: "" plain; "Add" the residual added, (w, xq, xd, res, y); "SiLU" the
+// SiLU of each sum; "Mul" each sum times res (the SwiGLU's up projection
+// times the gate's SiLU), (w, xq, xd, res, y). With several rows a warp the
+// warp's loads for its rows are in flight together and each activation unit
+// is read once for all of them; len(y) must be a multiple of rows. The same
+// bits as rows 1 (each row's sum folds in the same order).
 func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
-	st := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore}[form]
+	st, ok := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore}[form]
+	if !ok {
+		panic("DotMatVecsRows: no store form " + form)
+	}
 	return dotFormsRows(st, rows)
 }
 

@@ -174,13 +174,13 @@ func TestMatVecDot(t *testing.T) {
 			}
 		}
 		ya, ys, ym := make([]float32, out), make([]float32, out), make([]float32, out)
-		if err := k.Run(ops.DotMatVecsAdd()[name](), w, xq, xd, res, ya); err != nil {
+		if err := k.Run(ops.DotMatVecsRows("Add", 1)[name](), w, xq, xd, res, ya); err != nil {
 			t.Fatal(err)
 		}
-		if err := k.Run(ops.DotMatVecsMul()[name](), w, xq, xd, res, ym); err != nil {
+		if err := k.Run(ops.DotMatVecsRows("Mul", 1)[name](), w, xq, xd, res, ym); err != nil {
 			t.Fatal(err)
 		}
-		if err := k.Run(ops.DotMatVecsSiLU()[name](), w, xq, xd, ys); err != nil {
+		if err := k.Run(ops.DotMatVecsRows("SiLU", 1)[name](), w, xq, xd, ys); err != nil {
 			t.Fatal(err)
 		}
 		for o := range out {

@@ -93,6 +93,29 @@ func blockOf(t quant.Type) (ops.BlockDecode, bool) {
 	return ops.BlockDecode{}, false
 }
 
+// dotQuantizer is the device quantizer of an integer decode mat-vec over
+// weights of type t (their dot partner type): its kernel's name and
+// constructor and its block size.
+func dotQuantizer(t quant.Type) (name string, mk func() *kernel.Kernel, qk int) {
+	if quant.VecDotType(t) == quant.Q8_0 {
+		return "QuantizeQ8_0", ops.QuantizeQ8_0, 32
+	}
+	return "QuantizeQ8_K", ops.QuantizeQ8_K, 256
+}
+
+// integerDot reports whether a decode mat-vec over weights of type t runs
+// in integers: an ops.DotMatVecs kernel for t whose blocks are its
+// quantizer's.
+func integerDot(t quant.Type) bool {
+	d, ok := blockOf(t)
+	if !ok {
+		return false
+	}
+	_, dot := ops.DotMatVecs()[d.Name]
+	_, _, qk := dotQuantizer(t)
+	return dot && qk == d.QK
+}
+
 // newPlan lowers m's graph for one row per step and, for rows > 1, for
 // prefill steps of rows rows, with a KV cache of context positions, for a
 // device with tensor cores.
@@ -181,29 +204,28 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 		uses[o] = append(uses[o], -1)
 	}
 	// quantizedBy is the partner quantizer every reader of node j quantizes
-	// it with for an integer decode mat-vec ("QuantizeQ8_K", "QuantizeQ8_0"),
-	// or "" when a reader wants its f32 values
-	quantizedBy := func(j int) (string, int) {
-		name, qk := "", 0
+	// it with for an integer decode mat-vec (dotQuantizer's), or "" when a
+	// reader wants its f32 values
+	quantizedBy := func(j int) (name string, mk func() *kernel.Kernel, qk int) {
 		for _, u := range uses[j] {
 			if u < 0 || g.Nodes[u].Op != dsl.OpMatMul {
-				return "", 0
+				return "", nil, 0
 			}
-			w := &m.Weights[g.Nodes[u].Weight]
-			d, ok := blockOf(w.Type)
-			if _, dot := ops.DotMatVecs()[d.Name]; !ok || !dot {
-				return "", 0
+			t := m.Weights[g.Nodes[u].Weight].Type
+			qn, qmk, q := dotQuantizer(t)
+			if !integerDot(t) || (name != "" && qn != name) {
+				return "", nil, 0
 			}
-			qn, q := "QuantizeQ8_K", 256
-			if quant.VecDotType(w.Type) == quant.Q8_0 {
-				qn, q = "QuantizeQ8_0", 32
-			}
-			if q != d.QK || (name != "" && qn != name) {
-				return "", 0
-			}
-			name, qk = qn, q
+			name, mk, qk = qn, qmk, q
 		}
-		return name, qk
+		return name, mk, qk
+	}
+	// dotMatVec is the cache name and constructor of the integer decode
+	// mat-vec of store form form (as ops.DotMatVecsRows names them) for a
+	// matrix of weight type t and rows rows, at dotRowsPerWarp's rows a warp
+	dotMatVec := func(form string, t quant.Type, rows int) (string, func() *kernel.Kernel) {
+		rpw := dotRowsPerWarp(rows)
+		return fmt.Sprintf("MatVecDot%s%s/%d", form, t, rpw), ops.DotMatVecsRows(form, rpw)[t.String()]
 	}
 
 	lower := func(rows int, dst *[]launch) (view, error) {
@@ -220,15 +242,13 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				out[i] = view{slotAlloc[s], 0, n.Cols * rows}
 			}
 		}
-		var last struct { // the last activation rounding, in the scratch until another replaces it
+		type rounding struct { // an activation x as the rounding kernel rk left it
 			rk *kernel.Kernel
 			x  view
 		}
-		var normQuant *struct { // set by a fused RMSNormQuantize* for the node loop's end
-			rk *kernel.Kernel
-			x  view
-		}
-		seen := map[int]bool{} // blocks with an attention
+		var last rounding       // the last one, in the scratch until another replaces it
+		var normQuant *rounding // set by a fused RMSNormQuantize* for the node loop's end
+		seen := map[int]bool{}  // blocks with an attention
 		epilogues := matVecEpilogues(g, rows)
 		fused := map[int]bool{} // nodes done by the mat-vec before them
 		for i, n := range g.Nodes {
@@ -282,11 +302,8 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					if !ok {
 						return view{}, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
 					}
-					qname, qmk, qk := "QuantizeQ8_K", ops.QuantizeQ8_K, 256
-					if quant.VecDotType(w.Type) == quant.Q8_0 {
-						qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
-					}
-					if dk, ok := ops.DotMatVecs()[d.Name]; ok && xr == 1 && qk == d.QK {
+					if integerDot(w.Type) && xr == 1 {
+						qname, qmk, qk := dotQuantizer(w.Type)
 						// a decode mat-vec in integers: the activation's
 						// quants and scales in its partner type, shared as
 						// the rounding is
@@ -297,11 +314,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 						}
 						last.rk, last.x = quantize, x
 						dotIn = []any{xq, xd}
-						if rpw := dotRowsPerWarp(n.Cols); rpw > 1 {
-							k = cached(fmt.Sprintf("MatVecDot%sx%d", d.Name, rpw), ops.DotMatVecsRows("", rpw)[d.Name])
-						} else {
-							k = cached("MatVecDot"+d.Name, dk)
-						}
+						k = cached(dotMatVec("", w.Type, n.Cols))
 						break
 					}
 					var rk *kernel.Kernel
@@ -374,8 +387,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				dotForm := map[dsl.Op]string{dsl.OpAdd: "Add", dsl.OpSiLU: "SiLU", dsl.OpMul: "Mul"}[next.op]
 				switch {
 				case dotIn != nil && dotForm != "":
-					rpw := dotRowsPerWarp(n.Cols)
-					ek, ename = ops.DotMatVecsRows(dotForm, rpw)[w.Type.String()], fmt.Sprintf("MatVecDot%s%sx%d", dotForm, w.Type.String(), rpw)
+					ename, ek = dotMatVec(dotForm, w.Type, n.Cols)
 				case next.op == dsl.OpAdd:
 					ek, ename = ops.WarpMatVecsAdd()[w.Type.String()], "MatVecWarpAdd"+w.Type.String()
 				case next.op == dsl.OpSiLU:
@@ -433,16 +445,12 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				if err != nil {
 					return view{}, err
 				}
-				if qn, qk := quantizedBy(i); rows == 1 && !perRow && qn != "" && n.Cols%qk == 0 {
+				if qn, qmk, qk := quantizedBy(i); rows == 1 && !perRow && qn != "" && n.Cols%qk == 0 {
 					// every reader is an integer decode mat-vec: normalize
 					// and quantize in one launch, the f32 row never stored
 					xq, xd := actQuants(n.Cols, qk)
-					p.call(i, cached("RMSNormQuantize"+qn[len("Quantize"):], func() *kernel.Kernel { return ops.RMSNormQuantize(qk) }), in(0), whole(wv, p), xq, xd, n.F)
-					quantize := cached(qn, map[string]func() *kernel.Kernel{"QuantizeQ8_K": ops.QuantizeQ8_K, "QuantizeQ8_0": ops.QuantizeQ8_0}[qn])
-					normQuant = &struct {
-						rk *kernel.Kernel
-						x  view
-					}{quantize, out[i]}
+					p.call(i, cached("RMSNorm"+qn, func() *kernel.Kernel { return ops.RMSNormQuantize(qk) }), in(0), whole(wv, p), xq, xd, n.F)
+					normQuant = &rounding{cached(qn, qmk), out[i]}
 					break
 				}
 				if perRow {
@@ -614,8 +622,9 @@ type epilogue struct {
 
 // matVecEpilogues finds, for one-row steps, the mat-vecs whose only use is
 // the Add (x + W·a, a block's residual), SiLU (the gate) or Mul (the up
-// projection times the gate's SiLU) right after them: the product then never needs its own buffer, and nothing runs
-// between the two that could have reused the next node's slot.
+// projection times the gate's SiLU) right after them: the product then
+// never needs its own buffer, and nothing runs between the two that could
+// have reused the next node's slot.
 func matVecEpilogues(g *dsl.G, rows int) map[int]epilogue {
 	out := map[int]epilogue{}
 	if rows != 1 {
