@@ -32,8 +32,8 @@ const residentShare = 2
 // settle copies the weights the runner's matmuls stream into memory
 // (unless mapped is set), when together they fit in 1/residentShare of the
 // available memory, and reports whether it did; either way they are
-// settled. Weights read from a file's mapping come from
-// the page cache, whose pages the kernel scatters over physical memory: on
+// settled. Weights read from a file's mapping come from the page cache,
+// whose pages the kernel scatters over physical memory: on
 // the 2-core EPYC host a decode mat-vec streamed them at 19 GB/s a thread
 // against 29 GB/s from a fresh allocation, and llama-3.2-1b Q4_K_M decoded
 // at 22-27 tok/s mapped and 37-40 copied (llama.cpp's --no-mmap does the
@@ -46,13 +46,12 @@ func (m *Model) settle(mapped bool) bool {
 	m.res.mu.Lock()
 	defer m.res.mu.Unlock()
 	var need uint64
-	var ids []int
-	seen := map[int]bool{}
+	var ids []int // this runner's matmul weights no runner has settled yet
 	for _, n := range m.Graph.Nodes {
-		if n.Op != dsl.OpMatMul || seen[n.Weight] || m.res.settled[n.Weight] {
+		if n.Op != dsl.OpMatMul || m.res.settled[n.Weight] {
 			continue
 		}
-		seen[n.Weight] = true
+		m.res.settled[n.Weight] = true // copied below or left mapped, for good
 		ids = append(ids, n.Weight)
 		need += uint64(len(m.Weights[n.Weight].Data))
 	}
@@ -66,16 +65,16 @@ func (m *Model) settle(mapped bool) bool {
 			runtime.AddCleanup(m.res, mmap.Unmap, arena)
 		}
 	}
+	if arena == nil {
+		return false
+	}
 	off := 0
 	for _, i := range ids {
-		if arena != nil {
-			w := &m.Weights[i]
-			b := arena[off : off+len(w.Data) : off+len(w.Data)]
-			copy(b, w.Data)
-			w.Data = b
-			off = (off + len(b) + arenaAlign - 1) / arenaAlign * arenaAlign
-		}
-		m.res.settled[i] = true
+		w := &m.Weights[i]
+		b := arena[off : off+len(w.Data) : off+len(w.Data)]
+		copy(b, w.Data)
+		w.Data = b
+		off = (off + len(b) + arenaAlign - 1) / arenaAlign * arenaAlign
 	}
-	return arena != nil
+	return true
 }

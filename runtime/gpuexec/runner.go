@@ -87,10 +87,12 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 		c.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
-	if budget := residentF16Budget(c, p); budget > 0 && tiles && rows > 1 {
-		if p, err = newPlanTiles(m, opt.Context, rows, tiles, budget); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("gpuexec: %w", err)
+	if tiles && rows > 1 { // prefill products on the tensor cores: keep their f16 weights if there is room
+		if budget := residentF16Budget(c, p); budget > 0 {
+			if p, err = newPlanTiles(m, opt.Context, rows, tiles, budget); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("gpuexec: %w", err)
+			}
 		}
 	}
 	r := &Runner{m: m, opt: opt, p: p, c: c}
@@ -158,11 +160,8 @@ func (r *Runner) bind() error {
 	if err != nil {
 		return err
 	}
-	for i := range setup {
-		c := &setup[i]
-		if err := c.fn.Launch(c.grid, c.block, 0, nil, c.args); err != nil {
-			return err
-		}
+	if err := launchCalls(setup, nil); err != nil {
+		return err
 	}
 	if err := r.c.Synchronize(); err != nil {
 		return fmt.Errorf("decoding the resident f16 weights: %w", err)
@@ -458,11 +457,8 @@ func (r *Runner) prefillStep(toks []int32, out []float32, keep bool) error {
 	if err := r.bufs[r.p.step].UploadAsync(h, r.s); err != nil {
 		return err
 	}
-	for i := range r.pcalls {
-		c := &r.pcalls[i]
-		if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
-			return err
-		}
+	if err := launchCalls(r.pcalls, r.s); err != nil {
+		return err
 	}
 	return r.finish(r.p.plogits, out, keep)
 }
@@ -484,10 +480,13 @@ func (r *Runner) enqueue() error {
 	return r.launchAll()
 }
 
-func (r *Runner) launchAll() error {
-	for i := range r.calls {
-		c := &r.calls[i]
-		if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+func (r *Runner) launchAll() error { return launchCalls(r.calls, r.s) }
+
+// launchCalls enqueues cs in order on s (nil: the default stream).
+func launchCalls(cs []call, s *cuda.Stream) error {
+	for i := range cs {
+		c := &cs[i]
+		if err := c.fn.Launch(c.grid, c.block, 0, s, c.args); err != nil {
 			return err
 		}
 	}

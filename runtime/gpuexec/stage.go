@@ -116,13 +116,8 @@ func (r *Runner) StageStep(toks []int32, in []float32, n int) ([]float32, error)
 		if err := r.enqueue(); err != nil {
 			return nil, err
 		}
-	} else {
-		for i := range r.pcalls {
-			c := &r.pcalls[i]
-			if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
-				return nil, err
-			}
-		}
+	} else if err := launchCalls(r.pcalls, r.s); err != nil {
+		return nil, err
 	}
 	var out []float32
 	if p.hidden {

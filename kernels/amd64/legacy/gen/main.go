@@ -153,6 +153,25 @@ func zero(v VecPhysical, evex bool) {
 	}
 }
 
+// tileStart loads a quant kernel's row pointers (one of each without a
+// tile), nb into RCX, and zeroes the weight and activation block offsets
+// (RBX, RDX).
+func tileStart(W, X int, dot bool) (wp, xp []GPPhysical, woff, xoff GPPhysical) {
+	wp, xp = wpr[:W], xpr[:X]
+	if dot {
+		Load(Param("w"), wp[0])
+		Load(Param("x"), xp[0])
+	} else {
+		rowPointers("w", "wstride", wp, RAX)
+		rowPointers("x", "xstride", xp, RAX)
+	}
+	Load(Param("nb"), RCX)
+	woff, xoff = RBX, RDX
+	XORQ(woff, woff)
+	XORQ(xoff, xoff)
+	return wp, xp, woff, xoff
+}
+
 // rowPointers loads the tile's row pointers (row r = base + r*stride).
 func rowPointers(ptr, stride string, rows []GPPhysical, tmp GPPhysical) {
 	Load(Param(ptr), rows[0])
@@ -270,18 +289,7 @@ func (q qkern) gen(name string, W, X int, dot bool) {
 	}
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s is %d weight rows × %d Q8_0 rows of nb blocks (%s).", name, W, X, q.describe()))
-	wp, xp := wpr[:W], xpr[:X]
-	if dot {
-		Load(Param("w"), wp[0])
-		Load(Param("x"), xp[0])
-	} else {
-		rowPointers("w", "wstride", wp, RAX)
-		rowPointers("x", "xstride", xp, RAX)
-	}
-	Load(Param("nb"), RCX)
-	woff, xoff := RBX, RDX
-	XORQ(woff, woff)
-	XORQ(xoff, xoff)
+	wp, xp, woff, xoff := tileStart(W, X, dot)
 
 	na := q.accs()
 	acc := func(i, j, h int) VecPhysical { return yr[(i*W+j)*na+h] }
@@ -429,13 +437,7 @@ func q80WideTile(name string) {
 	TEXT(name, NOSPLIT, tileSig)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s is %d weight rows × %d Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI), two outputs a zmm.", name, W, X))
-	wp, xp := wpr[:W], xpr[:X]
-	rowPointers("w", "wstride", wp, RAX)
-	rowPointers("x", "xstride", xp, RAX)
-	Load(Param("nb"), RCX)
-	woff, xoff := RBX, RDX
-	XORQ(woff, woff)
-	XORQ(xoff, xoff)
+	wp, xp, woff, xoff := tileStart(W, X, false)
 	acc := func(i, p int) VecPhysical { return zr[2*i+p] } // outputs (i, 2p) and (i, 2p+1)
 	for i := 0; i < X; i++ {
 		for p := 0; p < 2; p++ {
@@ -444,9 +446,7 @@ func q80WideTile(name string) {
 	}
 	wq, dw := [2]VecPhysical{Z16, Z17}, [2]VecPhysical{Z20, Z21}
 	ya, corr, dx, t, d, c1 := Z24, Z25, Z26, Z27, Z28, Z29
-	MOVL(U32(0x80808080), EAX)
-	VMOVD(EAX, X29)
-	VPBROADCASTD(X29, c1)
+	bcast32(0x80808080, c1, X29)
 	loop, done := name+"_loop", name+"_done"
 	TESTQ(RCX, RCX)
 	JZ(LabelRef(done))
