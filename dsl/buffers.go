@@ -11,12 +11,23 @@ type BufferPlan struct {
 // PlanBuffers plans g's node buffers for steps of rows rows. A value lives
 // from its node to its last reader (outputs to the end); a new value takes
 // the smallest free slot that holds it, else a new slot.
-func (g *G) PlanBuffers(rows int) BufferPlan {
+func (g *G) PlanBuffers(rows int) BufferPlan { return g.PlanBuffersLate(rows, nil) }
+
+// PlanBuffersLate is PlanBuffers for a backend that does some nodes' work
+// later than their place: late[i] lists values node i reads besides its
+// inputs (those of a node whose work moved into node i), which live until
+// node i.
+func (g *G) PlanBuffersLate(rows int, late map[int][]int) BufferPlan {
 	last := make([]int, len(g.Nodes))
 	for i, n := range g.Nodes {
 		last[i] = i
 		for _, in := range n.In {
 			last[in] = i
+		}
+	}
+	for i, ins := range late {
+		for _, in := range ins {
+			last[in] = max(last[in], i)
 		}
 	}
 	for _, id := range g.Outputs {
@@ -43,7 +54,7 @@ func (g *G) PlanBuffers(rows int) BufferPlan {
 		}
 		free[s] = false
 		p.Slot[i] = s
-		for _, in := range n.In {
+		for _, in := range append(n.In[:len(n.In):len(n.In)], late[i]...) {
 			if last[in] == i && p.Slot[in] >= 0 {
 				free[p.Slot[in]] = true
 			}

@@ -141,6 +141,12 @@ func TestPlanBuffers(t *testing.T) {
 	if len(p.Sizes) != 2 || p.Slot[3] != p.Slot[1] || p.Sizes[p.Slot[1]] != 4*16 {
 		t.Fatalf("plan %+v", p)
 	}
+	// read late by the matmul, the embedding lives on: the matmul takes a
+	// slot of its own
+	l := g.PlanBuffersLate(4, map[int][]int{3: {1}})
+	if len(l.Sizes) != 3 || l.Slot[3] == l.Slot[1] || l.Slot[3] == l.Slot[2] {
+		t.Fatalf("late plan %+v", l)
+	}
 }
 
 // A grouped norm records its width (none when the group is the row) and

@@ -113,6 +113,11 @@ type Stmt struct {
 	// outside it into its own partials, which combine by a fixed tree after
 	// the loop. It changes results, so the interpreter honours it.
 	Threads int
+	// Unroll > 1 on a cooperative loop (from its schedule's Unroll) asks a
+	// target to run that many of a thread's iterations per trip, so their
+	// loads are in flight together; each thread still folds its iterations
+	// in order, so results do not change and the interpreter ignores it.
+	Unroll int
 
 	// the tile statements' operands (tile.go)
 	Tile *Tile

@@ -20,7 +20,8 @@ type LoopSchedule struct {
 	// Threads splits the loop over that many cooperating threads (a power
 	// of two from 2 to 1024; threads.go): like Order it is part of what the
 	// kernel computes (the partial sums' tree), so the interpreter honours
-	// a kernel's default Threads. Split and Unroll leave such a loop alone.
+	// a kernel's default Threads. Split leaves such a loop alone; Unroll
+	// becomes Stmt.Unroll, a target's hint (each thread's order is kept).
 	Threads int
 }
 
@@ -110,6 +111,9 @@ func (a *applier) loop(s *Stmt) []*Stmt {
 		}
 		c := *s
 		c.Body, c.Threads = body, w
+		if ls.Unroll > 1 {
+			c.Unroll = ls.Unroll
+		}
 		return []*Stmt{&c}
 	}
 	loop := &Stmt{Op: SFor, Var: s.Var, Lo: s.Lo, Hi: s.Hi, Step: s.Step, Loop: s.Loop, Body: body}

@@ -47,6 +47,18 @@ func bufBytes(a any) ([]byte, bool) {
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 		}
 		return b, true
+	case []uint16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint16(b[2*i:], v)
+		}
+		return b, true
+	case []int32:
+		b := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+		}
+		return b, true
 	}
 	return nil, false
 }
@@ -58,6 +70,14 @@ func setBuf(a any, b []byte) {
 	case []float32:
 		for i := range x {
 			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	case []uint16:
+		for i := range x {
+			x[i] = binary.LittleEndian.Uint16(b[2*i:])
+		}
+	case []int32:
+		for i := range x {
+			x[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 	}
 }
@@ -169,6 +189,10 @@ func clone(args []any) []any {
 			out[i] = append([]byte(nil), x...)
 		case []float32:
 			out[i] = append([]float32(nil), x...)
+		case []uint16:
+			out[i] = append([]uint16(nil), x...)
+		case []int32:
+			out[i] = append([]int32(nil), x...)
 		default:
 			out[i] = a
 		}
@@ -212,6 +236,14 @@ func compare(t *testing.T, what string, got, want []any, bound int32) {
 			for j := range w {
 				if g[j] != w[j] {
 					t.Fatalf("%s: arg %d byte %d = %d, want %d", what, i, j, g[j], w[j])
+				}
+			}
+		case []uint16, []int32:
+			gb, _ := bufBytes(got[i])
+			wb, _ := bufBytes(w)
+			for j := range wb {
+				if gb[j] != wb[j] {
+					t.Fatalf("%s: arg %d byte %d = %d, want %d", what, i, j, gb[j], wb[j])
 				}
 			}
 		case []float32:
@@ -386,4 +418,77 @@ func TestMatVecQ4_KBandwidth(t *testing.T) {
 			t.Fatalf("row %d: %v, interpreter %v", i, y[i], want[i])
 		}
 	}
+}
+
+// divPow2Kernel divides and takes remainders of int32 inputs, converted to
+// each integer kind, by constant powers of two (the renderer's shift form)
+// and by a non-power of two (the div instruction), storing every result's
+// low and high words.
+func divPow2Kernel() (*kernel.Kernel, int) {
+	b := kernel.New("DivPow2")
+	in, out := b.Buffer("in", kernel.U8), b.Buffer("out", kernel.U8)
+	type form struct {
+		k  kernel.Kind
+		cs []int
+	}
+	forms := []form{
+		{kernel.Int, []int{1, 2, 8, 256, 1 << 20, 1 << 40, 12}},
+		{kernel.I32, []int{1, 2, 8, 256, 1 << 20, 1 << 30, 12}},
+		{kernel.U32, []int{1, 2, 8, 256, 1 << 20, 1 << 31, 12}},
+		{kernel.U8, []int{1, 2, 8, 128, 12}},
+		{kernel.I8, []int{1, 2, 8, 64, 12}},
+	}
+	n := 0
+	for _, f := range forms {
+		n += 4 * len(f.cs) // div and rem, two words each
+	}
+	b.ParallelFor("i", 0, in.Len().Div(4), func(i kernel.Expr) {
+		x := b.Let("x", in.U32(i.Mul(4)).Cvt(kernel.I32))
+		o := 0
+		word := func(v kernel.Expr) {
+			for c := 0; c < 4; c++ {
+				b.Store(out, i.Mul(4*n).Add(4*o+c), v.Shr(8*c).And(0xff).Cvt(kernel.U8))
+			}
+			o++
+		}
+		for _, f := range forms {
+			v := b.Let("v", x.Cvt(f.k).Cvt(f.k))
+			for _, c := range f.cs {
+				for _, r := range []kernel.Expr{v.Div(kernel.Const(f.k, c)), v.Rem(kernel.Const(f.k, c))} {
+					w := r.Cvt(kernel.Int)
+					word(w.Cvt(kernel.U32))
+					word(w.Shr(32).Cvt(kernel.U32))
+				}
+			}
+		}
+	})
+	return b.MustBuild(), 4 * n
+}
+
+// Integer division and remainder by constants on the device equal the
+// interpreter's (Go's truncating semantics) on edge values of every kind.
+func TestIntDivByConstantsMatchInterpreter(t *testing.T) {
+	c := needGPU(t)
+	k, per := divPow2Kernel()
+	g := loadKernel(t, c, k)
+	vals := []int64{0, 1, -1, 2, -2, 7, -7, 8, -8, 9, -9, 127, -128, 255, 256, -255, -256, 1<<20 + 3, -(1<<20 + 3),
+		math.MaxInt32, math.MinInt32, math.MinInt32 + 1, 1 << 30, -(1 << 30)}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		vals = append(vals, int64(int32(r.Uint32())))
+	}
+	in := make([]byte, 4*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(in[4*i:], uint32(v))
+	}
+	want := []any{in, make([]byte, per*len(vals))}
+	if err := kernel.Run(k, want...); err != nil {
+		t.Fatal(err)
+	}
+	got := clone(want)
+	clear(got[1].([]byte))
+	if err := g.run(c, 128, 0, got...); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, "DivPow2", got, want, 0)
 }

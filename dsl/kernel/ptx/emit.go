@@ -62,10 +62,11 @@ func classOf(k kernel.Kind) class {
 // bufReg is a buffer or window: the global address of its element 0 and
 // its length (a register for parameters, a constant for windows).
 type bufReg struct {
-	addr string
-	n    string
-	size int
-	elem kernel.Kind
+	addr  string
+	n     string
+	size  int
+	elem  kernel.Kind
+	align int64 // bytes (at most 16) known to divide addr
 }
 
 // fn renders one entry.
@@ -89,6 +90,12 @@ type fn struct {
 	lane  string
 	mask  string
 	red   string
+
+	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
+	// and the words of the 16-byte chunks loaded in this straight-line
+	// stretch of code
+	valign map[*kernel.Var]int64
+	chunks map[chunkKey][4]string
 }
 
 func (f *fn) fail(format string, args ...any) {
@@ -103,6 +110,9 @@ func (f *fn) reg(c class) string {
 }
 
 func (f *fn) ins(format string, args ...any) {
+	if f.chunks != nil && (strings.Contains(format, "st.") || strings.Contains(format, "bar.")) {
+		clear(f.chunks) // a store may change what a chunk holds
+	}
 	f.out.WriteByte('\t')
 	fmt.Fprintf(&f.out, format, args...)
 	f.out.WriteString(";\n")
@@ -110,7 +120,12 @@ func (f *fn) ins(format string, args ...any) {
 
 func (f *fn) label() string { f.labels++; return fmt.Sprintf("$L%d", f.labels) }
 
-func (f *fn) place(l string) { f.out.WriteString(l + ":\n") }
+// place places label l; loaded chunks do not outlive it (a jump may
+// arrive from where they were never loaded).
+func (f *fn) place(l string) {
+	clear(f.chunks)
+	f.out.WriteString(l + ":\n")
+}
 
 // paramName is a PTX identifier for parameter i.
 func paramName(i int, name string) string {
@@ -136,7 +151,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		return "", err
 	}
 	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
-		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}}
+		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{}}
 	if f.width > 32 {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
@@ -162,7 +177,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 			f.ins("ld.param.u64 %s, [%s]", a, name)
 			f.ins("cvta.to.global.u64 %s, %s", a, a)
 			f.ins("ld.param.u64 %s, [%s_len]", n, name)
-			f.bufs[p.Buf] = &bufReg{addr: a, n: n, elem: p.Buf.Elem}
+			f.bufs[p.Buf] = &bufReg{addr: a, n: n, elem: p.Buf.Elem, align: paramAlign(p.Buf.Elem)}
 			continue
 		}
 		pt := scalarParam[p.Var.Kind]
@@ -242,6 +257,9 @@ func (f *fn) stmts(ss []*kernel.Stmt) {
 func (f *fn) stmt(s *kernel.Stmt) {
 	switch s.Op {
 	case kernel.SLet:
+		if a := f.alignOf(s.Value); a > 1 {
+			f.valign[s.Var] = a
+		}
 		r := f.expr(s.Value)
 		if s.Value.Op == kernel.OpVar { // a copy: the source may be an accumulator that moves on
 			c := f.reg(classOf(s.Value.Kind))
@@ -285,7 +303,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		base, off := f.addr(p, s.Index, p.elem.Bytes())
 		a := f.reg(c64)
 		f.ins("add.s64 %s, %s, %d", a, base, off)
-		f.bufs[s.Buf] = &bufReg{addr: a, size: s.Buf.Size, elem: s.Buf.Elem}
+		al := min(p.align, f.alignOf(s.Index)*int64(p.elem.Bytes()), maxAlign)
+		f.bufs[s.Buf] = &bufReg{addr: a, size: s.Buf.Size, elem: s.Buf.Elem, align: al}
 	case kernel.SFor:
 		if s.Threads > 1 {
 			f.threadLoop(s)

@@ -201,6 +201,10 @@ func (f *fn) expr(e kernel.Expr) string {
 	if e.Op == kernel.OpShl || e.Op == kernel.OpShr {
 		return f.shift(e.Op, e.Kind, a, e.Args[1])
 	}
+	if c := e.Args[1]; (e.Op == kernel.OpDiv || e.Op == kernel.OpRem) && e.Kind.IsInt() &&
+		c.Op == kernel.OpConst && c.Int > 0 && c.Int&(c.Int-1) == 0 {
+		return f.divPow2(e.Op, e.Kind, a, c.Int)
+	}
 	return f.binop(e.Op, e.Args[0].Kind, a, f.expr(e.Args[1]))
 }
 
@@ -307,6 +311,46 @@ func (f *fn) ibin(op kernel.Op, k kernel.Kind, a, b string) string {
 	default:
 		f.fail("%s of %s unsupported", op, k)
 	}
+	return r
+}
+
+// divPow2 is a / c or a % c for a constant power of two c, with Go's
+// truncating semantics, in shifts: ptxas leaves a 64-bit div or rem by a
+// constant as a call to its software division (~100 instructions), which
+// the decode mat-vecs paid every unit of every row.
+func (f *fn) divPow2(op kernel.Op, k kernel.Kind, a string, c int64) string {
+	sh := 0
+	for int64(1)<<sh < c {
+		sh++
+	}
+	bt, it, w := btype(k), itype(k), 32
+	if k == kernel.Int {
+		w = 64
+	}
+	r := f.reg(classOf(k))
+	if !k.Signed() { // narrow unsigned kinds are held zero-extended
+		if op == kernel.OpDiv {
+			f.ins("shr.u32 %s, %s, %d", r, a, sh)
+		} else {
+			f.ins("and.b32 %s, %s, %d", r, a, c-1)
+		}
+		return r
+	}
+	// a negative a is biased by c−1 first, so the arithmetic shift truncates toward zero
+	t := f.reg(classOf(k))
+	f.ins("shr.%s %s, %s, %d", it, t, a, w-1)
+	if sh > 0 {
+		f.ins("shr.u%d %s, %s, %d", w, t, t, w-sh)
+	} else {
+		f.ins("mov.%s %s, 0", bt, t)
+	}
+	f.ins("add.%s %s, %s, %s", it, t, t, a)
+	if op == kernel.OpDiv {
+		f.ins("shr.%s %s, %s, %d", it, r, t, sh)
+		return r
+	}
+	f.ins("and.%s %s, %s, %d", bt, t, t, -c)
+	f.ins("sub.%s %s, %s, %s", it, r, a, t)
 	return r
 }
 
@@ -498,6 +542,9 @@ func (f *fn) load(e kernel.Expr) string {
 	b := f.buf(e.Buf)
 	if b == nil {
 		return "%err"
+	}
+	if r, ok := f.vecLoad(b, e); ok {
+		return r
 	}
 	base, off := f.addr(b, e.Args[0], e.Buf.Elem.Bytes())
 	if e.Kind == e.Buf.Elem || e.Aligned { // an aligned U16/U32 of a byte buffer is one access

@@ -161,3 +161,81 @@ func TestF32ToF16Selection(t *testing.T) {
 		t.Error(".ftz used")
 	}
 }
+
+// Division and remainder by a constant power of two are shifts and masks
+// (a 64-bit div is a software routine); other divisors keep div/rem.
+func TestDivByPowersOfTwo(t *testing.T) {
+	src := render(t, "DivPow2", func(b *kernel.Builder) {
+		y, u := b.Buffer("y", kernel.I32), b.Buffer("u", kernel.U32)
+		b.ParallelFor("i", 0, y.Len(), func(i kernel.Expr) {
+			b.Store(y, i, i.Div(8).Add(i.Rem(4)).Cvt(kernel.I32))
+			b.Store(u, i, u.At(i).Div(kernel.Const(kernel.U32, 16)).Add(u.At(i).Rem(kernel.Const(kernel.U32, 16))))
+		})
+	})
+	for _, bad := range []string{"div.s64", "rem.s64", "div.u32", "rem.u32"} {
+		if strings.Contains(src, bad) {
+			t.Errorf("%s left for a power of two:\n%s", bad, src)
+		}
+	}
+	has(t, src, "shr.s64 ", "shr.u64 ", "shr.u32 ", "and.b32 ")
+	src = render(t, "DivBy12", func(b *kernel.Builder) {
+		y := b.Buffer("y", kernel.I32)
+		b.ParallelFor("i", 0, y.Len(), func(i kernel.Expr) { b.Store(y, i, i.Div(12).Cvt(kernel.I32)) })
+	})
+	has(t, src, "div.s64 ")
+}
+
+// Aligned words of a 16-byte-aligned window at a 16-aligned index are
+// loaded a chunk at a time, each chunk once; a window of a size that is
+// no multiple of 16, or an index not known to be one, keeps word loads.
+func TestVectorLoads(t *testing.T) {
+	window := func(size, step int) func(b *kernel.Builder) {
+		return func(b *kernel.Builder) {
+			w, y := b.Buffer("w", kernel.U8), b.Buffer("y", kernel.U32)
+			b.ParallelFor("r", 0, y.Len(), func(r kernel.Expr) {
+				blk := b.View("blk", w, r.Mul(size), size)
+				o := b.Let("o", r.Rem(2).Mul(step))
+				sum := kernel.Const(kernel.U32, 0)
+				for c := 0; c < 8; c++ {
+					sum = sum.Add(blk.Aligned(kernel.U32, o.Add(4*c)))
+				}
+				b.Store(y, r, sum.Add(blk.Aligned(kernel.U32, 4)))
+			})
+		}
+	}
+	src := render(t, "Vec", window(64, 32))
+	if n := strings.Count(src, "ld.global.v4.u32"); n != 3 || strings.Contains(src, "ld.global.u32") {
+		t.Errorf("want 3 chunk loads and no word loads, got %d:\n%s", n, src)
+	}
+	for _, c := range []struct {
+		name       string
+		size, step int
+	}{{"Odd", 36, 32}, {"Step8", 64, 8}} {
+		src := render(t, c.name, window(c.size, c.step))
+		if strings.Contains(src, "ld.global.v4") && c.name == "Odd" {
+			t.Errorf("%s: a chunk load in a window of %d bytes:\n%s", c.name, c.size, src)
+		}
+		if c.name == "Step8" && strings.Count(src, "ld.global.u32") < 8 {
+			t.Errorf("%s: words at an index only 8-aligned should load alone:\n%s", c.name, src)
+		}
+	}
+}
+
+// A cooperative loop with Unroll runs that many of a thread's iterations a
+// trip (each copy of the body at its own index), then the rest one at a
+// time.
+func TestUnrolledThreadLoop(t *testing.T) {
+	src := render(t, "Unrolled", func(b *kernel.Builder) {
+		x, y := b.Buffer("x", kernel.F32), b.Buffer("y", kernel.F32)
+		b.ParallelFor("r", 0, y.Len(), func(r kernel.Expr) {
+			s := b.Acc("s", kernel.OpAdd, kernel.F(0))
+			b.For("u", 0, x.Len(), func(u kernel.Expr) { b.Fold(s, x.At(u)) })
+			b.Store(y, r, s.Get())
+		})
+		b.Schedule("u", kernel.LoopSchedule{Threads: 32, Unroll: 3})
+	})
+	if n := strings.Count(src, "ld.global.f32"); n != 4 { // three copies, then the remainder's
+		t.Errorf("want 4 loads (3 unrolled + 1), got %d:\n%s", n, src)
+	}
+	has(t, src, "add.s64 %rd", ", 64;", ", 96;") // the copies' indices and the trip's stride
+}

@@ -79,7 +79,11 @@ func (f *fn) threadLoop(s *kernel.Stmt) {
 	}
 	i := f.reg(c64)
 	f.ins("mad.lo.s64 %s, %s, %d, %s", i, f.lane, s.Step, f.expr(s.Lo))
-	f.loopFrom(s, i, f.frozen(s.Hi), fmt.Sprint(s.Threads*s.Step))
+	hi, stride := f.frozen(s.Hi), s.Threads*s.Step
+	if s.Unroll > 1 {
+		f.unrolledFrom(s, i, hi, stride, s.Unroll)
+	}
+	f.loopFrom(s, i, hi, fmt.Sprint(stride))
 	for a, v := range accs {
 		r := f.vars[v]
 		f.tree(v, r)
@@ -90,6 +94,31 @@ func (f *fn) threadLoop(s *kernel.Stmt) {
 	if kernel.Stores(s.Body) {
 		f.sync()
 	}
+}
+
+// unrolledFrom runs a thread's iterations of cooperative loop s u at a
+// trip (i, i+stride, …: one basic block where the body has no branches, so
+// ptxas issues all their loads before the first use) while all u are in
+// range; the loop rendered after it finishes the rest, in order.
+func (f *fn) unrolledFrom(s *kernel.Stmt, i, hi string, stride, u int) {
+	head, end := f.label(), f.label()
+	last, p := f.reg(c64), f.reg(cPred)
+	f.place(head)
+	f.ins("add.s64 %s, %s, %d", last, i, (u-1)*stride)
+	f.ins("setp.ge.s64 %s, %s, %s", p, last, hi)
+	f.ins("@%s bra %s", p, end)
+	for c := 0; c < u; c++ {
+		ic := i
+		if c > 0 {
+			ic = f.reg(c64)
+			f.ins("add.s64 %s, %s, %d", ic, i, c*stride)
+		}
+		f.vars[s.Var] = ic
+		f.stmts(s.Body)
+	}
+	f.ins("add.s64 %s, %s, %d", i, i, u*stride)
+	f.ins("bra %s", head)
+	f.place(end)
 }
 
 // sync orders the group's memory accesses.
