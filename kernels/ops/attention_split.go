@@ -83,6 +83,10 @@ func AttentionSplit() *k.Kernel {
 		b.Store(part, po.Add(hd).Add(1), S.Get())
 	})
 	warpSched(b, "j", "je", "d")
+	// a lane's q·k dot and output sums: several loads in flight (the same
+	// order, so the same bits)
+	b.Schedule("dot_i", k.LoopSchedule{Unroll: 8})
+	b.Schedule("o_i", k.LoopSchedule{Unroll: 4})
 	return b.MustBuild()
 }
 

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -29,7 +30,7 @@ func QuantizeQ8_K() *k.Kernel {
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
 		storeQuantized(b, 256, i, i.Mul(256), b.View("xb", x, i.Mul(256), 256).At, xq, xd)
 	})
-	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
+	b.Schedule("j", k.LoopSchedule{Threads: 256}) // a value a thread: three passes over the block
 	return b.MustBuild()
 }
 
@@ -54,11 +55,13 @@ func storeQuantized(b *k.Builder, qk int, i, base k.Expr, at func(j any) k.Expr,
 // RMSNormQuantize is RMSNormQuantize{Q8_K,Q8_0}(x, w []float32, xq []byte,
 // xd []float32, eps float32): RMSNorm(x, w) (weighted, one row) quantized
 // as QuantizeQ8_K / QuantizeQ8_0 quantize it (qk 256 or 32), without the
-// normalized row ever stored: a warp a block, each warp summing the whole
-// row's squares itself (the row is a few KiB, read from L2), so the decode
-// step's norm and its mat-vecs' activation quantizer are one launch. The
-// quants and scales are those of the two kernels in turn; the f64 sum of
-// squares is in the warp tree's order (RMSNormCTA's is the CTA tree's).
+// normalized row ever stored: a CTA of NormThreads a block, each CTA
+// summing the whole row's squares itself (the row is a few KiB, read from
+// L2), so the decode step's norm and its mat-vecs' activation quantizer
+// are one launch. The quants and scales are those of RMSNormCTA and the
+// quantizer in turn (the same tree over the row). A warp a block took 10.8
+// µs for the 8B's 4096 values on the H200: 128 dependent f64 additions a
+// lane.
 func RMSNormQuantize(qk int) *k.Kernel {
 	name := map[int]string{256: "RMSNormQuantizeQ8_K", 32: "RMSNormQuantizeQ8_0"}[qk]
 	if name == "" {
@@ -82,8 +85,8 @@ func RMSNormQuantize(qk int) *k.Kernel {
 		y := func(j any) k.Expr { return x.At(base.Add(j)).Mul(scale).Mul(w.At(base.Add(j))) }
 		storeQuantized(b, qk, i, base, y, xq, xd)
 	})
-	b.Schedule("ss_i", k.LoopSchedule{Threads: WarpLanes})
-	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
+	b.Schedule("ss_i", k.LoopSchedule{Threads: NormThreads})
+	b.Schedule("j", k.LoopSchedule{Threads: NormThreads})
 	return b.MustBuild()
 }
 
@@ -111,27 +114,47 @@ func u32c(v uint32) k.Expr { return k.Const(k.U32, int(v)) }
 
 func i32c(v int) k.Expr { return k.Const(k.I32, v) }
 
-// Q4_K unit s (8 a block): bytes 4s..4s+3 of each 32-byte quant group j,
-// the values 64j+4s.. (low nibbles) and 64j+32+4s.. (high).
-var dotQ4_KCut = dotCut{256, 144, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
-	l4 := b.Let("l4", s.Mul(4))
-	sum, mins := i32c(0), i32c(0)
-	for j := 0; j < 4; j++ {
-		q4 := b.Let("q4", blk.Aligned(k.U32, l4.Add(16+32*j)))
-		xlo := b.Let("xlo", xb.Aligned(k.U32, l4.Add(64*j)))
-		xhi := b.Let("xhi", xb.Aligned(k.U32, l4.Add(64*j+32)))
-		slo := k.Dot4(q4.And(u32c(lowNibbles)), xlo, i32c(0))
-		shi := k.Dot4(q4.Shr(4).And(u32c(lowNibbles)), xhi, i32c(0))
-		blo := k.Dot4(u32c(ones), xlo, i32c(0))
-		bhi := k.Dot4(u32c(ones), xhi, i32c(0))
-		s1, m1 := scaleMinK4(blk, 4, 2*j)
-		s2, m2 := scaleMinK4(blk, 4, 2*j+1)
-		sum = b.Let("isum", sum.Add(slo.Mul(s1.Cvt(k.I32))).Add(shi.Mul(s2.Cvt(k.I32))))
-		mins = b.Let("imin", mins.Add(blo.Mul(m1.Cvt(k.I32))).Add(bhi.Mul(m2.Cvt(k.I32))))
+// Q4_K unit j (4 a block): quant group j, its 32 bytes the values
+// 64j..64j+31 (low nibbles, sub-block 2j) and 64j+32.. (high, 2j+1), as
+// eight aligned words; the header (d, dmin and the twelve scale bytes) four
+// aligned words, of which the unit unpacks only its two sub-blocks' scales
+// and mins. (Units of 4 bytes of each group, 8 a block, unpacked all eight
+// every unit: 2 TB/s on the 8B's 14336×4096 on the H200, bound by issue.)
+var dotQ4_KCut = dotCut{256, 144, 4, func(b *k.Builder, blk, xb *k.Buf, j k.Expr) k.Expr {
+	dm := b.Let("dm", blk.Aligned(k.U32, 0))
+	sw := [3]k.Expr{b.Let("sw0", blk.Aligned(k.U32, 4)), b.Let("sw1", blk.Aligned(k.U32, 8)), b.Let("sw2", blk.Aligned(k.U32, 12))}
+	sc, m := scaleMinK4Pair(b, sw, j)
+	g, g2 := b.Let("g", j.Mul(32)), b.Let("g2", j.Mul(64)) // the group's quants, its activation values
+	slo, shi, blo, bhi := i32c(0), i32c(0), i32c(0), i32c(0)
+	for c := 0; c < 8; c++ {
+		q4 := b.Let("q4", blk.Aligned(k.U32, g.Add(16+4*c)))
+		xlo := b.Let("xlo", xb.Aligned(k.U32, g2.Add(4*c)))
+		xhi := b.Let("xhi", xb.Aligned(k.U32, g2.Add(32+4*c)))
+		slo = b.Let("slo", k.Dot4(q4.And(u32c(lowNibbles)), xlo, slo))
+		shi = b.Let("shi", k.Dot4(q4.Shr(4).And(u32c(lowNibbles)), xhi, shi))
+		blo = b.Let("blo", k.Dot4(u32c(ones), xlo, blo))
+		bhi = b.Let("bhi", k.Dot4(u32c(ones), xhi, bhi))
 	}
-	d, dmin := blk.F16(0), blk.F16(2)
-	return d.Mul(sum.Cvt(k.F32)).Sub(dmin.Mul(mins.Cvt(k.F32)))
+	byteI := func(v k.Expr, c int) k.Expr { return v.Shr(8 * c).And(0xff).Cvt(k.I32) }
+	sum := b.Let("isum", slo.Mul(byteI(sc, 0)).Add(shi.Mul(byteI(sc, 1))))
+	mins := b.Let("imin", blo.Mul(byteI(m, 0)).Add(bhi.Mul(byteI(m, 1))))
+	return half(dm, 0).Mul(sum.Cvt(k.F32)).Sub(half(dm, 1).Mul(mins.Cvt(k.F32)))
 }}
+
+// scaleMinK4Pair is scaleMinK4 of sub-blocks 2j and 2j+1 (j an Int in
+// [0, 4)) over the twelve scale bytes as three little-endian words: two
+// 6-bit scales in the low two bytes of sc, the two mins in m's.
+func scaleMinK4Pair(b *k.Builder, sw [3]k.Expr, j k.Expr) (sc, m k.Expr) {
+	sh := b.Let("sh", j.And(1).Mul(16)) // the pair's half of each word
+	w0, w1, w2 := b.Let("w0", sw[0].Shr(sh)), b.Let("w1", sw[1].Shr(sh)), b.Let("w2", sw[2].Shr(sh))
+	lo := j.Lt(2) // sub-blocks 0-3: bytes j·2.. of words 0 and 1, six bits each
+	sc = b.Let("sc", k.Select(lo, w0.And(u32c(0x3f3f)), w2.And(u32c(0x0f0f)).Or(w0.Shr(2).And(u32c(0x3030)))))
+	m = b.Let("mn", k.Select(lo, w1.And(u32c(0x3f3f)), w2.Shr(4).And(u32c(0x0f0f)).Or(w1.Shr(2).And(u32c(0x3030)))))
+	return sc, m
+}
+
+// half is half h (0 low, 1 high) of a U32 as an IEEE half widened to F32.
+func half(w k.Expr, h int) k.Expr { return w.Shr(16 * h).And(0xffff).Cvt(k.U16).F16ToF32() }
 
 // Q6_K unit s (8 a block): l = 4s..4s+3 of both 128-value halves n, the
 // values 128n+32t+l (t = 0..3: ql, ql+32 low then high nibbles, with qh's
@@ -158,7 +181,7 @@ var dotQ6_KCut = dotCut{256, 210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr
 			sum = b.Let("isum", sum.Add(st.Mul(sc)))
 		}
 	}
-	return blk.F16(208).Mul(sum.Cvt(k.F32))
+	return blk.Aligned(k.U16, 208).F16ToF32().Mul(sum.Cvt(k.F32))
 }}
 
 // Q8_0 unit s (2 a block): quants 16s..16s+15 as four words, signed by
@@ -173,7 +196,7 @@ var dotQ8_0Cut = dotCut{32, 34, 2, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) 
 		x := b.Let("x", xb.Aligned(k.U32, l.Add(4*c)))
 		sum = b.Let("isum", sum.Add(k.Dot4(q, x, i32c(0)).Sub(k.Dot4(u32c(ones), x, i32c(0)).Mul(i32c(128)))))
 	}
-	return blk.F16(0).Mul(sum.Cvt(k.F32))
+	return blk.Aligned(k.U16, 0).F16ToF32().Mul(sum.Cvt(k.F32))
 }}
 
 // dotCuts are the integer warp mat-vecs' cuts by weight type name; their
@@ -199,64 +222,117 @@ func QuantizeQ8_0() *k.Kernel {
 // DotMatVecs are the integer warp mat-vecs by weight type name,
 // MatVecDotNAME(w, xq []byte, xd, y []float32): y[r] = row r of the matrix
 // dotted with the quantized activation (xq, xd), a warp per row.
-func DotMatVecs() map[string]func() *k.Kernel { return dotFormsRows(plainStore, 1) }
+func DotMatVecs() map[string]func() *k.Kernel { return DotMatVecsRows("", 1) }
 
 // DotMatVecsRows are DotMatVecs in a store form and with rows weight rows a
-// warp, MatVecDot<form><NAME> (rows 1) or MatVecDot<form><NAME>x<rows>. The
-// forms: "" plain; "Add" the residual added, (w, xq, xd, res, y); "SiLU" the
-// SiLU of each sum; "Mul" each sum times res (the SwiGLU's up projection
-// times the gate's SiLU), (w, xq, xd, res, y). With several rows a warp the
-// warp's loads for its rows are in flight together and each activation unit
-// is read once for all of them; len(y) must be a multiple of rows. The same
-// bits as rows 1 (each row's sum folds in the same order).
+// warp (DotMatVec's shape {rows, a warp, no unroll}), by weight type name.
 func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
-	st, ok := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore}[form]
-	if !ok {
-		panic("DotMatVecsRows: no store form " + form)
-	}
-	return dotFormsRows(st, rows)
-}
-
-func dotFormsRows(st warpStore, rows int) map[string]func() *k.Kernel {
 	out := map[string]func() *k.Kernel{}
-	for name, c := range dotCuts() {
-		out[name] = func() *k.Kernel { return matVecDot(name, c, st, rows) }
+	for name := range dotCuts() {
+		out[name] = func() *k.Kernel { return DotMatVec(form, name, DotShape{Rows: rows}) }
 	}
 	return out
 }
 
-func matVecDot(name string, c dotCut, st warpStore, rows int) *k.Kernel {
+// DotShape is how an integer mat-vec spreads a matrix over the GPU: Rows
+// weight rows a group of Threads threads (a warp, 32, or a CTA of 64-1024
+// whose partial sums meet in shared memory; 0 means 32), each thread
+// taking Unroll of its units a trip (their loads in flight together; 0 or
+// 1 one at a time). Rows and Threads are part of the sum's order (the
+// tree), Unroll is not.
+type DotShape struct{ Rows, Threads, Unroll int }
+
+// String is the shape's suffix of a kernel name: "x4" for 4 rows, "t128"
+// for a CTA of 128, "u2" for two units a trip; "" for one row a warp.
+func (sh DotShape) String() string {
+	var b strings.Builder
+	if sh.Rows > 1 {
+		fmt.Fprintf(&b, "x%d", sh.Rows)
+	}
+	if sh.Threads != 0 && sh.Threads != WarpLanes {
+		fmt.Fprintf(&b, "t%d", sh.Threads)
+	}
+	if sh.Unroll > 1 {
+		fmt.Fprintf(&b, "u%d", sh.Unroll)
+	}
+	return b.String()
+}
+
+// DotMatVec is the integer mat-vec of weight type typ (a dotCuts name) in
+// store form form and shape sh: MatVecDot<form><typ><sh>. The forms: ""
+// plain, (w, xq, xd, y); "Add" the residual added, (w, xq, xd, res, y);
+// "SiLU" the SiLU of each sum; "Mul" each sum times res (the SwiGLU's up
+// projection times the gate's SiLU), (w, xq, xd, res, y); "SwiGLU" the
+// gate's and the up projection's matrices at once, y = silu(wg·x)·(wu·x),
+// (wg, wu, xq, xd, y): SiLU's then Mul's bits. With several
+// rows a group the loads for its rows are in flight together and each
+// activation unit is read once for all of them; len(y) must be a multiple
+// of Rows. Every Rows gives the same bits (each row's sum folds in the same
+// order); Threads changes the tree.
+func DotMatVec(form, typ string, sh DotShape) *k.Kernel {
+	st, ok := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore, "SwiGLU": swigluStore}[form]
+	if !ok {
+		panic("DotMatVec: no store form " + form)
+	}
+	c, ok := dotCuts()[typ]
+	if !ok {
+		panic("DotMatVec: no integer mat-vec for " + typ)
+	}
+	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
+	return matVecDot(typ, c, st, sh)
+}
+
+func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
+	rows := sh.Rows
 	kname, doc := st.kernel("MatVecDot", name, "the quantized activation (xq, xd), in integers")
-	if rows > 1 {
-		kname += fmt.Sprintf("x%d", rows)
+	kname += sh.String()
+	switch {
+	case sh.Threads > WarpLanes:
+		doc = strings.Replace(doc, "one warp per row", fmt.Sprintf("a CTA of %d per %d rows", sh.Threads, rows), 1)
+	case rows > 1:
 		doc = strings.Replace(doc, "one warp per row", fmt.Sprintf("one warp per %d rows", rows), 1)
 	}
 	b := k.New(kname)
 	b.Doc(doc)
-	w, xq, xd := b.Buffer("w", k.U8), b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	var ws []*k.Buf
+	if st == swigluStore { // the gate's matrix and the up projection's, read by one group
+		ws = []*k.Buf{b.Buffer("wg", k.U8), b.Buffer("wu", k.U8)}
+	} else {
+		ws = []*k.Buf{b.Buffer("w", k.U8)}
+	}
+	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	res := st.residual(b)
 	y := b.Buffer("y", k.F32)
 	nb := b.Let("nb", xd.Len())
 	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
 	b.ParallelFor("r", 0, y.Len().Div(rows), func(g k.Expr) {
-		sums := make([]*k.Var, rows)
+		sums := make([][]*k.Var, rows) // by row of the group, then matrix
 		for q := range sums {
-			sums[q] = b.Acc(fmt.Sprintf("sum%d", q), k.OpAdd, k.F(0))
+			for m := range ws {
+				sums[q] = append(sums[q], b.Acc(fmt.Sprintf("sum%d_%d", q, m), k.OpAdd, k.F(0)))
+			}
 		}
 		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
 			i := b.Let("i", u.Div(c.units))
 			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
 			s := b.Let("s", u.Rem(c.units))
-			for q, sum := range sums {
+			for q := range sums {
 				r := g.Mul(rows).Add(q)
-				wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
-				b.Fold(sum, xd.At(i).Mul(c.unit(b, wb, xb, s)))
+				for m, w := range ws {
+					wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+					b.Fold(sums[q][m], xd.At(i).Mul(c.unit(b, wb, xb, s)))
+				}
 			}
 		})
 		for q, sum := range sums {
-			st.store(b, y, res, g.Mul(rows).Add(q), sum.Get())
+			r := g.Mul(rows).Add(q)
+			if st == swigluStore {
+				b.Store(y, r, silu(b, sum[0].Get()).Mul(sum[1].Get()))
+				continue
+			}
+			st.store(b, y, res, r, sum[0].Get())
 		}
 	})
-	warpSched(b, "u")
+	b.Schedule("u", k.LoopSchedule{Threads: sh.Threads, Unroll: sh.Unroll})
 	return b.MustBuild()
 }

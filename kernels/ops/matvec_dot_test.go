@@ -198,6 +198,43 @@ func TestMatVecDot(t *testing.T) {
 	}
 }
 
+// The SwiGLU form is the SiLU form on the gate's matrix, then the Mul form
+// on the up projection's by that SiLU, bit for bit, in every shape (the
+// shapes' trees are each other's only where Threads agrees: compared
+// shape by shape).
+func TestMatVecDotSwiGLU(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	const n, out = 1024, 8
+	x := opstest.Floats(n, 2, r)
+	for _, name := range []string{"Q4_K", "Q6_K", "Q8_0"} {
+		xq, xd := partner(t, name, x)
+		typ := opstest.Type(name)
+		var wg, wu []byte
+		for range out {
+			wg = append(wg, opstest.Row(typ, n, nil, r)...)
+			wu = append(wu, opstest.Row(typ, n, nil, r)...)
+		}
+		for _, sh := range []ops.DotShape{{}, {Rows: 2, Threads: 64, Unroll: 2}, {Rows: 4, Threads: 128}} {
+			gate, want, got := make([]float32, out), make([]float32, out), make([]float32, out)
+			if err := k.Run(ops.DotMatVec("SiLU", name, sh), wg, xq, xd, gate); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Run(ops.DotMatVec("Mul", name, sh), wu, xq, xd, gate, want); err != nil {
+				t.Fatal(err)
+			}
+			kern := ops.DotMatVec("SwiGLU", name, sh)
+			if err := k.Run(kern, wg, wu, xq, xd, got); err != nil {
+				t.Fatal(err)
+			}
+			for o := range out {
+				if math.Float32bits(got[o]) != math.Float32bits(want[o]) {
+					t.Errorf("%s row %d: %v, SiLU then Mul %v", kern.Name, o, got[o], want[o])
+				}
+			}
+		}
+	}
+}
+
 // Embed decodes the rows its tokens name exactly as quant.Dequantize does,
 // for every block type.
 func TestEmbed(t *testing.T) {

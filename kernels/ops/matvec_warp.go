@@ -44,6 +44,7 @@ const (
 	residualStore           // y[r] = res[r] + sum: AddF32's bits (f32 addition commutes)
 	siluStore               // y[r] = silu(sum): SiLUF32's bits
 	mulStore                // y[r] = res[r] · sum: MulF32's bits (f32 multiplication commutes)
+	swigluStore             // two matrices, gate and up: y[r] = silu(gate) · up, SiLUF32's then MulF32's bits
 )
 
 // kernel is the name and doc line of store form st of a warp mat-vec of
@@ -58,6 +59,8 @@ func (st warpStore) kernel(prefix, typ, operand string) (name, doc string) {
 		return prefix + "SiLU" + typ, "sets y[r] to the SiLU of row r of the " + typ + dot
 	case mulStore:
 		return prefix + "Mul" + typ, "sets y[r] to res[r] times row r of the " + typ + dot
+	case swigluStore:
+		return prefix + "SwiGLU" + typ, "sets y[r] to the SiLU of row r of the " + typ + " matrix wg times row r of wu, each dotted with " + operand + ", one warp per row."
 	}
 	return prefix + typ, "sets y[r] to row r of the " + typ + dot
 }

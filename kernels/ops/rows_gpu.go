@@ -229,40 +229,94 @@ func CopyRow() *k.Kernel {
 // multiplications by thetaScale that RopePos's running product makes, so
 // the bits are RopePos's.
 func RopePosWarp(mode, dims int) *k.Kernel {
-	name := "RopeNormal"
-	if mode == dsl.RopeNeox {
-		name = "RopeNeox"
-	}
-	b := k.New(fmt.Sprintf("%sPosWarp%d", name, dims))
+	b := k.New(fmt.Sprintf("%sPosWarp%d", ropeName(mode), dims))
 	b.Doc("rotates the first dims values of each head of x into y by the step's position, a warp per head.")
 	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
 	step := b.Buffer("step", k.I32)
 	freqs := b.Buffer("freqs", k.F32)
 	hd, heads := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int)
 	ts, fs := b.Scalar("thetaScale", k.F32), b.Scalar("freqScale", k.F32)
-	half := dims / 2
+	r := ropeWarp{mode, dims, freqs, hd, ts, fs}
 	b.ParallelFor("t", 0, x.Len().Div(hd), func(t k.Expr) {
 		o := b.Let("o", t.Mul(hd))
 		pos := b.Let("pos", step.At(1).Cvt(k.Int).Add(t.Div(heads)).Cvt(k.F32))
-		b.For("p", 0, half, func(i k.Expr) {
-			theta := b.Acc("theta", k.OpAdd, pos)
-			b.For("q", 0, i, func(k.Expr) { b.Set(theta, theta.Get().Mul(ts)) })
-			a := b.Let("a", theta.Get().Div(freqs.At(i)).Mul(fs))
-			c, s := b.Let("c", a.Cos()), b.Let("s", a.Sin())
-			var a0, a1 k.Expr
-			if mode == dsl.RopeNeox {
-				a0 = b.Let("a0", o.Add(i))
-				a1 = b.Let("a1", a0.Add(half))
-			} else {
-				a0 = b.Let("a0", o.Add(i.Mul(2)))
-				a1 = b.Let("a1", a0.Add(1))
-			}
-			x0, x1 := b.Let("x0", x.At(a0)), b.Let("x1", x.At(a1))
-			b.Store(y, a0, x0.Mul(c).Sub(x1.Mul(s)))
-			b.Store(y, a1, x0.Mul(s).Add(x1.Mul(c)))
-		})
-		b.For("i", dims, hd, func(i k.Expr) { b.Store(y, o.Add(i), x.At(o.Add(i))) })
+		r.head(b, x, o, pos, func(at, v k.Expr) { b.Store(y, at, v) })
 	})
 	warpSched(b, "p", "i")
+	return b.MustBuild()
+}
+
+func ropeName(mode int) string {
+	if mode == dsl.RopeNeox {
+		return "RopeNeox"
+	}
+	return "RopeNormal"
+}
+
+// ropeWarp is a RoPE's parameters in a warp kernel.
+type ropeWarp struct {
+	mode, dims int
+	freqs      *k.Buf
+	hd, ts, fs k.Expr
+}
+
+// head rotates the head of x at offset o by position pos, storing value j
+// of the head (its offset o+j) through store(o+j, value): pairs over the
+// lanes of loop "p", the unrotated rest over loop "i".
+func (r ropeWarp) head(b *k.Builder, x *k.Buf, o, pos k.Expr, store func(at, v k.Expr)) {
+	half := r.dims / 2
+	b.For("p", 0, half, func(i k.Expr) {
+		theta := b.Acc("theta", k.OpAdd, pos)
+		b.For("q", 0, i, func(k.Expr) { b.Set(theta, theta.Get().Mul(r.ts)) })
+		a := b.Let("a", theta.Get().Div(r.freqs.At(i)).Mul(r.fs))
+		c, s := b.Let("c", a.Cos()), b.Let("s", a.Sin())
+		var a0, a1 k.Expr
+		if r.mode == dsl.RopeNeox {
+			a0 = b.Let("a0", o.Add(i))
+			a1 = b.Let("a1", a0.Add(half))
+		} else {
+			a0 = b.Let("a0", o.Add(i.Mul(2)))
+			a1 = b.Let("a1", a0.Add(1))
+		}
+		x0, x1 := b.Let("x0", x.At(a0)), b.Let("x1", x.At(a1))
+		store(a0, x0.Mul(c).Sub(x1.Mul(s)))
+		store(a1, x0.Mul(s).Add(x1.Mul(c)))
+	})
+	b.For("i", r.dims, r.hd, func(i k.Expr) { store(o.Add(i), x.At(o.Add(i))) })
+}
+
+// RopeKVStore is a decode step's RoPE of q and of k and its KVStore in
+// one launch: RopeKVStore<mode><dims>(q, k, v, qy []float32, kc, vc
+// []uint16, step []int32, freqs []float32, headDim int, thetaScale,
+// freqScale float32). A warp per head, q's heads first: q's rotated into
+// qy, k's rotated and v's copied, rounded to f16, into the caches' row
+// step[1]. The bits of RopePosWarp on q and on k, then KVStore.
+func RopeKVStore(mode, dims int) *k.Kernel {
+	b := k.New(fmt.Sprintf("%sKVStore%d", ropeName(mode), dims))
+	b.Doc("rotates q into qy and k into the k cache, and stores v into the v cache, at the step's position, a warp per head.")
+	q, kx, v, qy := b.Buffer("q", k.F32), b.Buffer("k", k.F32), b.Buffer("v", k.F32), b.Buffer("qy", k.F32)
+	kc, vc := b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
+	step := b.Buffer("step", k.I32)
+	freqs := b.Buffer("freqs", k.F32)
+	hd := b.Scalar("headDim", k.Int)
+	ts, fs := b.Scalar("thetaScale", k.F32), b.Scalar("freqScale", k.F32)
+	r := ropeWarp{mode, dims, freqs, hd, ts, fs}
+	nq := b.Let("nq", q.Len().Div(hd))
+	b.ParallelFor("t", 0, nq.Add(kx.Len().Div(hd)), func(t k.Expr) {
+		row := b.Let("row", step.At(1).Cvt(k.Int))
+		pos := b.Let("pos", row.Cvt(k.F32))
+		isQ := b.Let("isQ", t.Lt(nq))
+		// a loop of one trip or none: the head's kind picks its work
+		b.For("hq", 0, k.Select(isQ, k.I(1), k.I(0)), func(k.Expr) {
+			r.head(b, q, t.Mul(hd), pos, func(at, x k.Expr) { b.Store(qy, at, x) })
+		})
+		b.For("hk", 0, k.Select(isQ, k.I(0), k.I(1)), func(k.Expr) {
+			o := b.Let("o", t.Sub(nq).Mul(hd))
+			base := b.Let("base", row.Mul(kx.Len()))
+			r.head(b, kx, o, pos, func(at, x k.Expr) { b.Store(kc, base.Add(at), x.F32ToF16()) })
+			b.For("d", 0, hd, func(d k.Expr) { b.Store(vc, base.Add(o).Add(d), v.At(o.Add(d)).F32ToF16()) })
+		})
+	})
+	warpSched(b, "p", "i", "d")
 	return b.MustBuild()
 }

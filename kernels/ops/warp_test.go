@@ -253,3 +253,47 @@ func TestMatVecWarpStores(t *testing.T) {
 		}
 	}
 }
+
+// RopeKVStore is RopePosWarp on q and on k, then KVStore, bit for bit,
+// partial rotations included.
+func TestRopeKVStore(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	const hd, qHeads, kvHeads, ctx, pos = 64, 8, 2, 6, 4
+	for _, mode := range []int{dsl.RopeNormal, dsl.RopeNeox} {
+		for _, dims := range []int{64, 32} {
+			q, kx, v := opstest.Floats(qHeads*hd, 2, r), opstest.Floats(kvHeads*hd, 2, r), opstest.Floats(kvHeads*hd, 2, r)
+			freqs := make([]float32, dims/2)
+			for i := range freqs {
+				freqs[i] = 1 + r.Float32()
+			}
+			st := []int32{0, pos}
+			ts, fs := float32(0.8), float32(0.9)
+			wantQ, kr := make([]float32, len(q)), make([]float32, len(kx))
+			wantK, wantV := make([]uint16, ctx*len(kx)), make([]uint16, ctx*len(kx))
+			rope := ops.RopePosWarp(mode, dims)
+			if err := k.Run(rope, q, wantQ, st, freqs, hd, qHeads, ts, fs); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Run(rope, kx, kr, st, freqs, hd, kvHeads, ts, fs); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Run(ops.KVStore(), kr, v, wantK, wantV, st, kvHeads*hd); err != nil {
+				t.Fatal(err)
+			}
+			gotQ, gotK, gotV := make([]float32, len(q)), make([]uint16, len(wantK)), make([]uint16, len(wantV))
+			if err := k.Run(ops.RopeKVStore(mode, dims), q, kx, v, gotQ, gotK, gotV, st, freqs, hd, ts, fs); err != nil {
+				t.Fatal(err)
+			}
+			for i := range wantQ {
+				if math.Float32bits(gotQ[i]) != math.Float32bits(wantQ[i]) {
+					t.Fatalf("mode %d dims %d q value %d: %v, rope %v", mode, dims, i, gotQ[i], wantQ[i])
+				}
+			}
+			for i := range wantK {
+				if gotK[i] != wantK[i] || gotV[i] != wantV[i] {
+					t.Fatalf("mode %d dims %d cache value %d: k %#x v %#x, want %#x %#x", mode, dims, i, gotK[i], gotV[i], wantK[i], wantV[i])
+				}
+			}
+		}
+	}
+}

@@ -47,7 +47,7 @@ func loadKernels(t *testing.T, c *cuda.Context, ks ...*kernel.Kernel) (*cuda.Mod
 
 // launcher is a launch of kernel k of mod on s with args, shaped as
 // ptx.Threads gives for sizes (the kernel's buffer lengths and scalars),
-// CTAs of threadsPerBlock.
+// CTAs of threadsPerBlock (of the group, for a group wider than a warp).
 func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *kernel.Kernel, args *cuda.Args, sizes ...any) func() {
 	t.Helper()
 	fn, err := mod.Function(k.Name)
@@ -58,7 +58,14 @@ func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *
 	if err != nil {
 		t.Fatal(err)
 	}
+	lp, err := ptx.Plan(k, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	block := min(th, threadsPerBlock)
+	if lp.Group > 32 {
+		block = lp.Group // a CTA-wide group is exactly one CTA
+	}
 	grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
 	return func() {
 		if err := fn.Launch(grid, blk, 0, s, args); err != nil {
@@ -149,36 +156,43 @@ type attnBufs struct {
 }
 
 // attnSplitMerge are launches of AttentionSplit then AttentionMerge (split,
-// merge of mod) over b for heads of hd dimensions in groups of group, kv
-// rows dim wide, ctx cache rows, chunks pieces a pair.
+// merge of mod, either as built or specialized: the scalars they still
+// take are set by name) over b for heads of hd dimensions in groups of
+// group, kv rows dim wide, ctx cache rows, chunks pieces a pair.
 func attnSplitMerge(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, split, merge *kernel.Kernel, b attnBufs,
 	hd, heads, group, dim, ctx, chunks int, scale float32) (runSplit, runMerge func()) {
 	t.Helper()
-	sa := cuda.NewArgs(19)
-	for i, v := range []struct {
+	type buf struct {
 		p cuda.Buffer
 		n int
-	}{{b.q, b.nq}, {b.kc, b.nkc}, {b.vc, b.nvc}, {b.part, b.np}, {b.step, 2}, {b.sc, b.ns}} {
-		sa.Set(2*i, v.p.Ptr)
-		sa.Set(2*i+1, uint64(v.n))
 	}
-	for i, v := range []int{hd, heads, group, dim, ctx, chunks} {
-		sa.Set(12+i, uint64(v))
+	scalars := map[string]any{"headDim": hd, "heads": heads, "group": group, "kvDim": dim, "ctx": ctx, "chunks": chunks, "scale": scale}
+	launch := func(k *kernel.Kernel, bufs []buf) func() {
+		a := cuda.NewArgs(2 * len(k.Params))
+		var sizes []any
+		slot, bi := 0, 0
+		for _, prm := range k.Params {
+			if prm.Buf != nil {
+				a.Set(slot, bufs[bi].p.Ptr)
+				a.Set(slot+1, uint64(bufs[bi].n))
+				sizes = append(sizes, ptx.Elems(bufs[bi].n))
+				slot, bi = slot+2, bi+1
+				continue
+			}
+			switch v := scalars[prm.Var.Name].(type) {
+			case int:
+				a.Set(slot, uint64(v))
+			case float32:
+				a.SetF32(slot, v)
+			default:
+				t.Fatalf("%s: no value for %s", k.Name, prm.Var.Name)
+			}
+			sizes = append(sizes, scalars[prm.Var.Name])
+			slot++
+		}
+		return launcher(t, mod, tg, s, k, a, sizes...)
 	}
-	sa.Set(18, uint64(math.Float32bits(scale)))
-	ma := cuda.NewArgs(9)
-	for i, v := range []struct {
-		p cuda.Buffer
-		n int
-	}{{b.part, b.np}, {b.step, 2}, {b.y, b.nq}} {
-		ma.Set(2*i, v.p.Ptr)
-		ma.Set(2*i+1, uint64(v.n))
-	}
-	ma.Set(6, uint64(hd))
-	ma.Set(7, uint64(heads))
-	ma.Set(8, uint64(chunks))
-	runSplit = launcher(t, mod, tg, s, split, sa, ptx.Elems(b.nq), ptx.Elems(b.nkc), ptx.Elems(b.nvc), ptx.Elems(b.np), ptx.Elems(2), ptx.Elems(b.ns),
-		hd, heads, group, dim, ctx, chunks, scale)
-	runMerge = launcher(t, mod, tg, s, merge, ma, ptx.Elems(b.np), ptx.Elems(2), ptx.Elems(b.nq), hd, heads, chunks)
+	runSplit = launch(split, []buf{{b.q, b.nq}, {b.kc, b.nkc}, {b.vc, b.nvc}, {b.part, b.np}, {b.step, 2}, {b.sc, b.ns}})
+	runMerge = launch(merge, []buf{{b.part, b.np}, {b.step, 2}, {b.y, b.nq}})
 	return runSplit, runMerge
 }

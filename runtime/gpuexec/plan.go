@@ -221,17 +221,54 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 		return name, mk, qk
 	}
 	// dotMatVec is the cache name and constructor of the integer decode
-	// mat-vec of store form form (as ops.DotMatVecsRows names them) for a
-	// matrix of weight type t and rows rows, at dotRowsPerWarp's rows a warp
+	// mat-vec of store form form (ops.DotMatVec's) for a matrix of weight
+	// type t and rows rows, in dotShape's shape
 	dotMatVec := func(form string, t quant.Type, rows int) (string, func() *kernel.Kernel) {
-		rpw := dotRowsPerWarp(rows)
-		return fmt.Sprintf("MatVecDot%s%s/%d", form, t, rpw), ops.DotMatVecsRows(form, rpw)[t.String()]
+		sh := dotShape(form, t, rows)
+		return fmt.Sprintf("MatVecDot%s%s%s", form, t, sh), func() *kernel.Kernel { return ops.DotMatVec(form, t.String(), sh) }
+	}
+
+	// ropeFreqs is the allocation of RoPE node i's frequency divisors
+	ropeFreqs := func(i int) (int, error) {
+		if fa, ok := freqAllocs[i]; ok {
+			return fa, nil
+		}
+		r := g.Nodes[i].Rope
+		if r.Mode != dsl.RopeNormal && r.Mode != dsl.RopeNeox {
+			return 0, fmt.Errorf("node %d: rope mode %d", i, r.Mode)
+		}
+		half := r.Dims / 2
+		freqs := make([]float32, half)
+		for j := range freqs {
+			freqs[j] = 1
+		}
+		if r.FreqsW >= 0 {
+			w := &m.Weights[r.FreqsW]
+			v := make([]float32, w.Dims[0])
+			if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
+				return 0, fmt.Errorf("weight %s: %w", w.GGUF, err)
+			}
+			if len(v) < half {
+				return 0, fmt.Errorf("rope frequencies %s hold %d values, need %d", w.GGUF, len(v), half)
+			}
+			copy(freqs, v)
+		}
+		fa := p.add(alloc{name: fmt.Sprintf("rope freqs node %d", i), kind: kernel.F32, n: half, init: f32Bytes(freqs)})
+		freqAllocs[i] = fa
+		return fa, nil
 	}
 
 	lower := func(rows int, dst *[]launch) (view, error) {
 		p.dst = dst
-		// activation slots by liveness, as runtime/exec plans them
-		bp := g.PlanBuffers(rows)
+		// activation slots by liveness, as runtime/exec plans them, but for
+		// the RoPEs done in their attention's launch (ropeKVs): their inputs
+		// live until it
+		ropeKV := ropeKVs(g, rows)
+		late := map[int][]int{}
+		for a, qk := range ropeKV {
+			late[a] = []int{g.Nodes[qk[0]].In[0], g.Nodes[qk[1]].In[0]}
+		}
+		bp := g.PlanBuffersLate(rows, late)
 		slotAlloc := make([]int, len(bp.Sizes))
 		for i, n := range bp.Sizes {
 			slotAlloc[i] = p.add(alloc{name: fmt.Sprintf("slot%d (%d rows)", i, rows), kind: kernel.F32, n: n})
@@ -250,6 +287,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 		var normQuant *rounding // set by a fused RMSNormQuantize* for the node loop's end
 		seen := map[int]bool{}  // blocks with an attention
 		epilogues := matVecEpilogues(g, rows)
+		swiglus := swiGLUs(g, epilogues)
 		fused := map[int]bool{} // nodes done by the mat-vec before them
 		for i, n := range g.Nodes {
 			in := func(j int) view { return out[n.In[j]] }
@@ -278,6 +316,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				}
 				p.call(i, k, whole(raw(n.Weight), p), stepToks(p, rows), out[i], n.Cols)
 			case dsl.OpMatMul:
+				if fused[i] { // an up projection done with its gate (SwiGLU)
+					break
+				}
 				w := &m.Weights[n.Weight]
 				x, y, xr := in(0), out[i], rows
 				if rows > 1 && i == id && !p.hidden {
@@ -396,7 +437,18 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				if dotIn != nil {
 					xin = dotIn
 				}
+				up, swiglu := swiglus[i]
+				if swiglu && (dotIn == nil || m.Weights[g.Nodes[up].Weight].Type != w.Type) {
+					swiglu = false
+				}
 				switch {
+				case swiglu:
+					// gate and up projections in one launch: the gate's SiLU
+					// never stored, the Mul after them done as it stores
+					mul := epilogues[up].node
+					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols)
+					p.call(i, cached(name, mk), append(append([]any{whole(raw(n.Weight), p), whole(raw(g.Nodes[up].Weight), p)}, dotIn...), out[mul])...)
+					fused[next.node], fused[up], fused[mul] = true, true, true
 				case xr == 1 && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
 					// weights, the scratch (or quants) and (an Add, a Mul)
@@ -459,33 +511,16 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					p.call(i, cached("RMSNorm", func() *kernel.Kernel { return ops.RMSNormCTA(true) }), in(0), whole(wv, p), out[i], n.F)
 				}
 			case dsl.OpRoPE:
+				if ropeLate(ropeKV, i) {
+					break // done by its attention's RopeKVStore
+				}
 				r := n.Rope
-				half := r.Dims / 2
-				fa, ok := freqAllocs[i]
-				if !ok {
-					freqs := make([]float32, half)
-					for j := range freqs {
-						freqs[j] = 1
-					}
-					if r.FreqsW >= 0 {
-						w := &m.Weights[r.FreqsW]
-						v := make([]float32, w.Dims[0])
-						if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
-							return view{}, fmt.Errorf("weight %s: %w", w.GGUF, err)
-						}
-						if len(v) < half {
-							return view{}, fmt.Errorf("rope frequencies %s hold %d values, need %d", w.GGUF, len(v), half)
-						}
-						copy(freqs, v)
-					}
-					fa = p.add(alloc{name: fmt.Sprintf("rope freqs node %d", i), kind: kernel.F32, n: half, init: f32Bytes(freqs)})
-					freqAllocs[i] = fa
+				fa, err := ropeFreqs(i)
+				if err != nil {
+					return view{}, err
 				}
 				ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
 				mode, dims := r.Mode, r.Dims
-				if mode != dsl.RopeNormal && mode != dsl.RopeNeox {
-					return view{}, fmt.Errorf("node %d: rope mode %d", i, mode)
-				}
 				k := cached(fmt.Sprintf("rope%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopePosWarp(mode, dims) })
 				p.call(i, k, in(0), out[i], stepAll(p), whole(fa, p), r.HeadDim, r.Heads, ts, r.FreqScale)
 			case dsl.OpAttention:
@@ -504,7 +539,25 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					kvs[n.Layer] = [2]int{kc, vc}
 				}
 				kc, vc := kvs[n.Layer][0], kvs[n.Layer][1]
-				p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
+				if qk, ok := ropeKV[i]; ok {
+					// both RoPEs and the cache store in one launch
+					qn, kn := qk[0], qk[1]
+					r := g.Nodes[qn].Rope
+					fa, err := ropeFreqs(qn)
+					if err != nil {
+						return view{}, err
+					}
+					ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
+					mode, dims := r.Mode, r.Dims
+					k := cached(fmt.Sprintf("ropekv%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopeKVStore(mode, dims) })
+					p.call(i, k, out[g.Nodes[qn].In[0]], out[g.Nodes[kn].In[0]], in(2), out[qn], whole(kc, p), whole(vc, p), stepAll(p),
+						whole(fa, p), r.HeadDim, ts, r.FreqScale)
+					if out[qn].a == last.x.a {
+						last.rk = nil
+					}
+				} else {
+					p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
+				}
 				group := a.Heads / a.KVHeads
 				if p.tiles && rows > 1 && ops.AttnTileWidth(a.HeadDim) {
 					// prefill steps on the tensor cores: a 512-row step of
@@ -532,9 +585,20 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				}
 				np := rows * a.Heads * ops.AttnSplitChunks * (a.HeadDim + 2)
 				p.allocs[parts].n = max(p.allocs[parts].n, np)
-				p.call(i, cached("AttentionSplit", ops.AttentionSplit), in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p),
-					view{scores, 0, ns}, a.HeadDim, a.Heads, group, dim, p.kvRows, ops.AttnSplitChunks, a.Scale)
-				p.call(i, cached("AttentionMerge", ops.AttentionMerge), view{parts, 0, np}, stepAll(p), out[i], a.HeadDim, a.Heads, ops.AttnSplitChunks)
+				// specialized to the model's heads: constant trip counts
+				// and divisors (a runtime head dimension left the q·k dot a
+				// loop of dependent loads, 20 µs a layer on the 1B)
+				split, err := specialized(cached, ops.AttentionSplit, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "group": group,
+					"kvDim": dim, "ctx": p.kvRows, "chunks": ops.AttnSplitChunks, "scale": a.Scale})
+				if err != nil {
+					return view{}, err
+				}
+				merge, err := specialized(cached, ops.AttentionMerge, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "chunks": ops.AttnSplitChunks})
+				if err != nil {
+					return view{}, err
+				}
+				p.call(i, split, in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p), view{scores, 0, ns})
+				p.call(i, merge, view{parts, 0, np}, stepAll(p), out[i])
 			default:
 				return view{}, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)
 			}
@@ -596,20 +660,120 @@ func Kernels(m *exec.Model) ([]*kernel.Kernel, error) {
 	return append(p.kernelList(), ops.ArgMaxCTA()), nil // the runner's ForwardGreedy adds the argmax
 }
 
-// dotRowsPerWarp is how many weight rows a warp of an integer decode
-// mat-vec takes for a matrix of rows rows: the most of 8, 4 and 2 (dividing
-// rows) that still leaves 2048 warps, about a full H200 (132 SMs × 16).
-// Measured (TestGPUMatVecDot, H200): 4 rows a warp took the 1B's Q6_K
-// output (128256 rows) from 178 to 113 µs and qwen3's Q8_0 one (151936)
-// from 142 to 61, a Q4_K 8192×2048 from 12.2 to 9.1; 2048-row matrices lost
-// (Q6_K 2048×8192: 15 → 31 µs), their warps too few to fill the card.
-func dotRowsPerWarp(rows int) int {
-	for _, r := range []int{8, 4, 2} {
-		if rows%r == 0 && rows/r >= 2048 {
-			return r
+// specialized is the kernel mk makes with the scalars in vals fixed
+// (kernel.Specialize), built once a plan.
+func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk func() *kernel.Kernel, vals map[string]any) (*kernel.Kernel, error) {
+	k, err := kernel.Specialize(mk(), vals)
+	if err != nil {
+		return nil, err
+	}
+	return cached(k.Name, func() *kernel.Kernel { return k }), nil
+}
+
+// dotShape is the shape of an integer decode mat-vec of store form form
+// over a matrix of weight type t and rows rows (ops.DotShape). Measured on
+// the H200 for every shape against the 1B's, the 8B's and qwen3-0.6B's
+// matrices, weights streamed from memory (TestGPUMatVecDot, docs/perf):
+// each rule's shape is within 11% of the best on every matrix it covers
+// but one or two launch-bound small ones. The output heads take 2 rows a
+// warp (CTAs of more threads were up to 1.7× slower there), the SwiGLU's
+// two matrices one row a warp; otherwise Q4_K 2 rows a warp, Q6_K (twice
+// the instructions a byte) 2 rows a CTA of 128, Q8_0 2 rows a CTA of 64,
+// each thread two units a trip.
+func dotShape(form string, t quant.Type, rows int) ops.DotShape {
+	var sh ops.DotShape
+	switch {
+	case rows >= 32768:
+		sh = ops.DotShape{Rows: 2, Threads: 32, Unroll: 1}
+	case form == "SwiGLU":
+		sh = ops.DotShape{Rows: 1, Threads: 32, Unroll: 2}
+	case t == quant.Q4_K:
+		sh = ops.DotShape{Rows: 2, Threads: 32, Unroll: 2}
+	case t == quant.Q6_K:
+		sh = ops.DotShape{Rows: 2, Threads: 128, Unroll: 2}
+	default:
+		sh = ops.DotShape{Rows: 2, Threads: 64, Unroll: 2}
+	}
+	if rows%sh.Rows != 0 {
+		sh.Rows = 1
+	}
+	return sh
+}
+
+// ropeKVs finds, for one-row steps, the attentions whose q and k inputs
+// are RoPEs read by nothing else, alike in all but their heads: those
+// RoPEs are done in the attention's RopeKVStore launch. It maps the
+// attention's node to the RoPEs of q and of k.
+func ropeKVs(g *dsl.G, rows int) map[int][2]int {
+	out := map[int][2]int{}
+	if rows != 1 {
+		return out
+	}
+	for i, n := range g.Nodes {
+		if n.Op != dsl.OpAttention || len(n.In) != 3 {
+			continue
+		}
+		qn, kn := n.In[0], n.In[1]
+		q, k := &g.Nodes[qn], &g.Nodes[kn]
+		if q.Op != dsl.OpRoPE || k.Op != dsl.OpRoPE || qn == kn || readers(g, qn) != 1 || readers(g, kn) != 1 {
+			continue
+		}
+		rq, rk := q.Rope, k.Rope
+		rk.Heads = rq.Heads
+		if rq != rk || rq.HeadDim != n.Attn.HeadDim || (rq.Mode != dsl.RopeNormal && rq.Mode != dsl.RopeNeox) {
+			continue
+		}
+		out[i] = [2]int{qn, kn}
+	}
+	return out
+}
+
+// ropeLate reports whether RoPE node i is done by an attention's launch.
+func ropeLate(ropeKV map[int][2]int, i int) bool {
+	for _, qk := range ropeKV {
+		if qk[0] == i || qk[1] == i {
+			return true
 		}
 	}
-	return 1
+	return false
+}
+
+// swiGLUs finds, for one-row steps, the SwiGLU pattern of the feed-forward
+// blocks among the epilogues: a gate mat-vec whose SiLU's only reader is
+// the Mul that the up projection right after it (reading the same
+// activation) ends in. It maps the gate's node to the up projection's.
+func swiGLUs(g *dsl.G, epilogues map[int]epilogue) map[int]int {
+	out := map[int]int{}
+	for i, e := range epilogues {
+		up := i + 2
+		if e.op != dsl.OpSiLU || up >= len(g.Nodes) {
+			continue
+		}
+		gate, u := &g.Nodes[i], &g.Nodes[up]
+		if eu, ok := epilogues[up]; ok && eu.op == dsl.OpMul && eu.other == e.node && u.Op == dsl.OpMatMul &&
+			u.In[0] == gate.In[0] && u.Cols == gate.Cols && readers(g, e.node) == 1 {
+			out[i] = up
+		}
+	}
+	return out
+}
+
+// readers is how many nodes and outputs read node j.
+func readers(g *dsl.G, j int) int {
+	n := 0
+	for _, x := range g.Nodes {
+		for _, in := range x.In {
+			if in == j {
+				n++
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		if o == j {
+			n++
+		}
+	}
+	return n
 }
 
 // epilogue is the node right after a mat-vec that the mat-vec can do as

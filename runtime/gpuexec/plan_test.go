@@ -13,6 +13,7 @@ import (
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/synth"
@@ -393,15 +394,16 @@ func TestMatVecEpiloguesFused(t *testing.T) {
 	if got := count(p.prefill, "AddF32"); got != 2*layers {
 		t.Errorf("prefill step: %d AddF32 launches, want %d", got, 2*layers)
 	}
-	if got := count(p.launches, "MatVecWarpSiLU") + count(p.launches, "MatVecDotSiLU"); got != layers {
-		t.Errorf("decode step: %d fused mat-vec SiLUs, want %d (one a block)", got, layers)
+	// the gate and up projections are one integer mat-vec: the gate's SiLU
+	// and the Mul done as it stores
+	if got := count(p.launches, "MatVecDotSwiGLU"); got != layers {
+		t.Errorf("decode step: %d fused gate and up mat-vecs, want %d (one a block)", got, layers)
+	}
+	if got := count(p.launches, "MatVecWarpSiLU") + count(p.launches, "MatVecDotSiLU") + count(p.launches, "MatVecDotMul"); got != 0 {
+		t.Errorf("decode step: %d gate or up mat-vecs left", got)
 	}
 	if got := count(p.launches, "SiLUF32"); got != 0 {
 		t.Errorf("decode step: %d SiLUF32 launches left", got)
-	}
-	// the up projection's integer mat-vec multiplies by the gate's SiLU
-	if got := count(p.launches, "MatVecDotMul"); got != layers {
-		t.Errorf("decode step: %d fused mat-vec muls, want %d (one a block)", got, layers)
 	}
 	if got := count(p.launches, "MulF32"); got != 0 {
 		t.Errorf("decode step: %d MulF32 launches left", got)
@@ -451,6 +453,27 @@ func TestKernelsRender(t *testing.T) {
 	}
 }
 
+// Every byte buffer a plan passes starts 16 bytes into its allocation at
+// a multiple: the PTX's 16-byte loads rely on it (docs/ptx.md).
+func TestByteViewsAligned(t *testing.T) {
+	for _, name := range models {
+		m := loadModel(t, name)
+		p, err := newPlan(m, 64, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ls := range [][]launch{p.setup, p.launches, p.prefill} {
+			for _, l := range ls {
+				for i, prm := range l.k.Params {
+					if v, ok := l.args[i].(view); ok && prm.Buf.Elem == kernel.U8 && v.off%16 != 0 {
+						t.Errorf("%s: %s %s at offset %d", name, l.k.Name, prm.Buf.Name, v.off)
+					}
+				}
+			}
+		}
+	}
+}
+
 // Without a driver the constructor fails with an error callers can test.
 func TestNoDriverError(t *testing.T) {
 	if cuda.Load() == nil {
@@ -462,11 +485,19 @@ func TestNoDriverError(t *testing.T) {
 	}
 }
 
-// Large decode matrices take several rows a warp, small ones one.
-func TestDotRowsPerWarp(t *testing.T) {
-	for rows, want := range map[int]int{512: 1, 2048: 1, 3072: 1, 4096: 2, 8192: 4, 14336: 4, 128256: 8, 151936: 8, 16385: 1} {
-		if got := dotRowsPerWarp(rows); got != want {
-			t.Errorf("%d rows: %d a warp, want %d", rows, got, want)
+// Each weight type and form takes its measured shape; output heads 2 rows
+// a warp; odd row counts one row.
+func TestDotShape(t *testing.T) {
+	for _, c := range []struct {
+		form string
+		t    quant.Type
+		rows int
+		want string
+	}{{"", quant.Q4_K, 2048, "x2u2"}, {"Add", quant.Q6_K, 4096, "x2t128u2"}, {"", quant.Q8_0, 1024, "x2t64u2"},
+		{"SwiGLU", quant.Q4_K, 14336, "u2"}, {"", quant.Q6_K, 128256, "x2"}, {"", quant.Q8_0, 151936, "x2"},
+		{"", quant.Q4_K, 16385, "u2"}} {
+		if got := dotShape(c.form, c.t, c.rows).String(); got != c.want {
+			t.Errorf("%s %s %d rows: %s, want %s", c.form, c.t, c.rows, got, c.want)
 		}
 	}
 }

@@ -237,6 +237,10 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 		for i, prm := range l.k.Params {
 			switch v := l.args[i].(type) {
 			case view:
+				if prm.Buf.Elem == kernel.U8 && v.off%16 != 0 {
+					// the ABI's promise the PTX's 16-byte loads rely on
+					return nil, fmt.Errorf("%s: byte buffer %s at offset %d, not 16-byte aligned", l.k.Name, prm.Buf.Name, v.off)
+				}
 				a.Set(slot, r.bufs[v.a].Ptr+uint64(v.off*prm.Buf.Elem.Bytes()))
 				a.Set(slot+1, uint64(v.n))
 				slot += 2
