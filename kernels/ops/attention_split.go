@@ -36,8 +36,21 @@ func attnChunk(b *k.Builder, step k.Expr, row, chunks k.Expr) (n, l k.Expr) {
 // into sc from t·ctx), their maximum m, the sum l of exp(s − m) and the
 // unnormalized output o[d] = Σ exp(s − m)·v[d]; part holds o, m, l from
 // w·(headDim+2).
-func AttentionSplit() *k.Kernel {
-	b := k.New("AttentionSplit")
+func AttentionSplit() *k.Kernel { return attentionSplit(false) }
+
+// AttentionSplitRounded is AttentionSplit for a query already rounded to
+// f16 (RopeKVStore leaves it so): the same bits, without the two
+// conversions a value and position that were most of the q·k dot's
+// instructions (30 a value; a decode step's attention is one warp's
+// serial dot at small positions).
+func AttentionSplitRounded() *k.Kernel { return attentionSplit(true) }
+
+func attentionSplit(rounded bool) *k.Kernel {
+	name := "AttentionSplit"
+	if rounded {
+		name += "Rounded"
+	}
+	b := k.New(name)
 	b.Doc("attends one piece of each head's positions per warp, leaving the piece's output, max and sum for AttentionMerge.")
 	q, kc, vc, part := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16), b.Buffer("part", k.F32)
 	step, sc := b.Buffer("step", k.I32), b.Buffer("sc", k.F32)
@@ -58,7 +71,11 @@ func AttentionSplit() *k.Kernel {
 		b.For("j", lo, hi, func(j k.Expr) {
 			kb := b.Let("kb", j.Mul(dim).Add(off))
 			dot := b.Sum("dot", k.F32, 0, hd, func(d k.Expr) k.Expr {
-				return q.At(qo.Add(d)).F32ToF16().F16ToF32().Mul(kc.At(kb.Add(d)).F16ToF32())
+				qd := q.At(qo.Add(d))
+				if !rounded {
+					qd = qd.F32ToF16().F16ToF32()
+				}
+				return qd.Mul(kc.At(kb.Add(d)).F16ToF32())
 			})
 			s := b.Let("s", dot.Mul(scale))
 			b.Store(sc, so.Add(j), s)
@@ -95,10 +112,28 @@ func AttentionSplit() *k.Kernel {
 // AttentionSplit folded, y[d] = Σ_c o_c[d]·exp(m_c − M) / Σ_c l_c·exp(m_c − M)
 // over the pieces that hold positions, M their largest maximum; a warp a
 // pair, head dimensions over the lanes.
-func AttentionMerge() *k.Kernel {
-	b := k.New("AttentionMerge")
-	b.Doc("folds AttentionSplit's pieces of each head into its attention output.")
+func AttentionMerge() *k.Kernel { return attentionMerge(false) }
+
+// AttentionMergeQ8_0 is AttentionMerge that also quantizes its output as
+// QuantizeQ8_0 does, AttentionMergeQ8_0(part []float32, step []int32, y
+// []float32, xq []byte, xd []float32, headDim, heads, chunks int): a Q8_0
+// block of 32 values is a lane each of one warp's head (headDim a multiple
+// of 32), so the o projection's quantizer needs no launch of its own. The
+// bits of AttentionMerge, then QuantizeQ8_0.
+func AttentionMergeQ8_0() *k.Kernel { return attentionMerge(true) }
+
+func attentionMerge(q8 bool) *k.Kernel {
+	name, doc := "AttentionMerge", "folds AttentionSplit's pieces of each head into its attention output."
+	if q8 {
+		name, doc = "AttentionMergeQ8_0", "folds AttentionSplit's pieces of each head into its attention output, quantized to Q8_0 too."
+	}
+	b := k.New(name)
+	b.Doc(doc)
 	part, step, y := b.Buffer("part", k.F32), b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	var xq, xd *k.Buf
+	if q8 {
+		xq, xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	}
 	hd, heads, chunks := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int), b.Scalar("chunks", k.Int)
 	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
 		n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
@@ -115,14 +150,28 @@ func AttentionMerge() *k.Kernel {
 			return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
 		})
 		inv := b.Let("inv", k.F(1).Div(den))
-		b.For("d", 0, hd, func(d k.Expr) {
-			o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
-				pc := b.Let("pc", base.Add(c.Mul(stride)))
-				return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+		out := func(lo, hi k.Expr) {
+			b.For("d", lo, hi, func(d k.Expr) {
+				o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
+					pc := b.Let("pc", base.Add(c.Mul(stride)))
+					return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+				})
+				b.Store(y, t.Mul(hd).Add(d), o.Mul(inv))
 			})
-			b.Store(y, t.Mul(hd).Add(d), o.Mul(inv))
+		}
+		if !q8 {
+			out(k.I(0), hd)
+			return
+		}
+		// a block of 32 at a time: stored, then quantized from y as
+		// QuantizeQ8_0 reads it (the loop's stores are ordered before)
+		b.For("qb", 0, hd.Div(32), func(qb k.Expr) {
+			lo := b.Let("lo", qb.Mul(32))
+			out(lo, lo.Add(32))
+			blk := b.Let("blk", t.Mul(hd).Add(lo))
+			storeQuantized(b, 32, blk.Div(32), blk, b.View("yb", y, blk, 32).At, xq, xd)
 		})
 	})
-	warpSched(b, "d")
+	warpSched(b, "d", "j")
 	return b.MustBuild()
 }

@@ -45,6 +45,34 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 		if err := k.Run(ops.AttentionMerge(), part, step, got, hd, heads, chunks); err != nil {
 			t.Fatal(err)
 		}
+		// the query rounded first, AttentionSplitRounded's pieces are the same bits
+		qr := make([]float32, len(q))
+		for i, v := range q {
+			qr[i] = quant.F16ToF32(quant.F32ToF16(v))
+		}
+		partR := make([]float32, len(part))
+		if err := k.Run(ops.AttentionSplitRounded(), qr, kc, vc, partR, step, make([]float32, len(sc)), hd, heads, group, dim, ctx, chunks, c.scale); err != nil {
+			t.Fatal(err)
+		}
+		for i := range part {
+			if math.Float32bits(part[i]) != math.Float32bits(partR[i]) {
+				t.Fatalf("%d rows at position %d: piece value %d %v, rounded query's %v", c.rows, c.pos, i, part[i], partR[i])
+			}
+		}
+		// merged and quantized at once: AttentionMerge's bits, then QuantizeQ8_0's
+		gotQ, xq, xd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/32)
+		if err := k.Run(ops.AttentionMergeQ8_0(), part, step, gotQ, xq, xd, hd, heads, chunks); err != nil {
+			t.Fatal(err)
+		}
+		wq, wd := make([]byte, len(q)), make([]float32, len(q)/32)
+		if err := k.Run(ops.QuantizeQ8_0(), got, wq, wd); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Float32bits(gotQ[i]) != math.Float32bits(got[i]) || xq[i] != wq[i] || math.Float32bits(xd[i/32]) != math.Float32bits(wd[i/32]) {
+				t.Fatalf("%d rows at position %d: merged and quantized value %d: %v %d %v, want %v %d %v", c.rows, c.pos, i, gotQ[i], xq[i], xd[i/32], got[i], wq[i], wd[i/32])
+			}
+		}
 		want := opstest.AttentionRef(q, kc, vc, c.pos, hd, heads, group, dim, c.scale)
 		var worst float64
 		for i, w := range want {

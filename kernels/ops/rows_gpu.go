@@ -240,7 +240,7 @@ func RopePosWarp(mode, dims int) *k.Kernel {
 	b.ParallelFor("t", 0, x.Len().Div(hd), func(t k.Expr) {
 		o := b.Let("o", t.Mul(hd))
 		pos := b.Let("pos", step.At(1).Cvt(k.Int).Add(t.Div(heads)).Cvt(k.F32))
-		r.head(b, x, o, pos, func(at, v k.Expr) { b.Store(y, at, v) })
+		r.head(b, x.At, o, pos, func(at, v k.Expr) { b.Store(y, at, v) })
 	})
 	warpSched(b, "p", "i")
 	return b.MustBuild()
@@ -260,10 +260,11 @@ type ropeWarp struct {
 	hd, ts, fs k.Expr
 }
 
-// head rotates the head of x at offset o by position pos, storing value j
-// of the head (its offset o+j) through store(o+j, value): pairs over the
-// lanes of loop "p", the unrotated rest over loop "i".
-func (r ropeWarp) head(b *k.Builder, x *k.Buf, o, pos k.Expr, store func(at, v k.Expr)) {
+// head rotates the head at offset o (value a read by x(a)) by position
+// pos, storing value j of the head (its offset o+j) through store(o+j,
+// value): pairs over the lanes of loop "p", the unrotated rest over loop
+// "i".
+func (r ropeWarp) head(b *k.Builder, x func(a any) k.Expr, o, pos k.Expr, store func(at, v k.Expr)) {
 	half := r.dims / 2
 	b.For("p", 0, half, func(i k.Expr) {
 		theta := b.Acc("theta", k.OpAdd, pos)
@@ -278,29 +279,73 @@ func (r ropeWarp) head(b *k.Builder, x *k.Buf, o, pos k.Expr, store func(at, v k
 			a0 = b.Let("a0", o.Add(i.Mul(2)))
 			a1 = b.Let("a1", a0.Add(1))
 		}
-		x0, x1 := b.Let("x0", x.At(a0)), b.Let("x1", x.At(a1))
+		x0, x1 := b.Let("x0", x(a0)), b.Let("x1", x(a1))
 		store(a0, x0.Mul(c).Sub(x1.Mul(s)))
 		store(a1, x0.Mul(s).Add(x1.Mul(c)))
 	})
-	b.For("i", r.dims, r.hd, func(i k.Expr) { store(o.Add(i), x.At(o.Add(i))) })
+	b.For("i", r.dims, r.hd, func(i k.Expr) { store(o.Add(i), x(o.Add(i))) })
 }
 
 // RopeKVStore is a decode step's RoPE of q and of k and its KVStore in
 // one launch: RopeKVStore<mode><dims>(q, k, v, qy []float32, kc, vc
 // []uint16, step []int32, freqs []float32, headDim int, thetaScale,
 // freqScale float32). A warp per head, q's heads first: q's rotated into
-// qy, k's rotated and v's copied, rounded to f16, into the caches' row
-// step[1]. The bits of RopePosWarp on q and on k, then KVStore.
-func RopeKVStore(mode, dims int) *k.Kernel {
-	b := k.New(fmt.Sprintf("%sKVStore%d", ropeName(mode), dims))
-	b.Doc("rotates q into qy and k into the k cache, and stores v into the v cache, at the step's position, a warp per head.")
-	q, kx, v, qy := b.Buffer("q", k.F32), b.Buffer("k", k.F32), b.Buffer("v", k.F32), b.Buffer("qy", k.F32)
+// qy rounded to f16 (as the attention reads it: AttentionSplitRounded),
+// k's rotated and v's copied, rounded to f16, into the caches' row
+// step[1]. The bits of RopePosWarp on q (then rounded) and on k, then
+// KVStore.
+func RopeKVStore(mode, dims int) *k.Kernel { return ropeKVStore(mode, dims, false) }
+
+// RopeKVStoreNorm is RopeKVStore with each head of q and of k normalized
+// first (qwen3's q_norm and k_norm: RMSNorm over the head, weights qw and
+// kw of a head's length): RopeKVStoreNorm<mode><dims>(q, k, v, qw, kw, qy
+// []float32, kc, vc []uint16, step []int32, freqs []float32, headDim int,
+// eps, thetaScale, freqScale float32). RMSNormRows's arithmetic, the sum
+// of squares in a warp's tree rather than a CTA's.
+func RopeKVStoreNorm(mode, dims int) *k.Kernel { return ropeKVStore(mode, dims, true) }
+
+func ropeKVStore(mode, dims int, norm bool) *k.Kernel {
+	name := fmt.Sprintf("%sKVStore%d", ropeName(mode), dims)
+	doc := "rotates q into qy and k into the k cache, and stores v into the v cache, at the step's position, a warp per head."
+	if norm {
+		name = fmt.Sprintf("%sKVStoreNorm%d", ropeName(mode), dims)
+		doc = "normalizes and rotates q into qy and k into the k cache, and stores v into the v cache, at the step's position, a warp per head."
+	}
+	b := k.New(name)
+	b.Doc(doc)
+	q, kx, v := b.Buffer("q", k.F32), b.Buffer("k", k.F32), b.Buffer("v", k.F32)
+	var qw, kw *k.Buf
+	if norm {
+		qw, kw = b.Buffer("qw", k.F32), b.Buffer("kw", k.F32)
+	}
+	qy := b.Buffer("qy", k.F32)
 	kc, vc := b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
 	step := b.Buffer("step", k.I32)
 	freqs := b.Buffer("freqs", k.F32)
 	hd := b.Scalar("headDim", k.Int)
+	var eps k.Expr
+	if norm {
+		eps = b.Scalar("eps", k.F32)
+	}
 	ts, fs := b.Scalar("thetaScale", k.F32), b.Scalar("freqScale", k.F32)
 	r := ropeWarp{mode, dims, freqs, hd, ts, fs}
+	// source is the head at o of x as the rotation reads it: normalized by
+	// w where norm is set
+	source := func(x, w *k.Buf, o k.Expr) func(a any) k.Expr {
+		if !norm {
+			return x.At
+		}
+		ss := b.Sum("ss", k.F64, 0, hd, func(i k.Expr) k.Expr {
+			xi := b.Let("xi", x.At(o.Add(i)))
+			return xi.Mul(xi).Cvt(k.F64)
+		})
+		mean := b.Let("mean", ss.Div(hd.Cvt(k.F64)).Cvt(k.F32))
+		scale := b.Let("scale", k.F(1).Div(mean.Add(eps).Sqrt()))
+		return func(a any) k.Expr {
+			at := a.(k.Expr)
+			return x.At(at).Mul(scale).Mul(w.At(at.Sub(o)))
+		}
+	}
 	nq := b.Let("nq", q.Len().Div(hd))
 	b.ParallelFor("t", 0, nq.Add(kx.Len().Div(hd)), func(t k.Expr) {
 		row := b.Let("row", step.At(1).Cvt(k.Int))
@@ -308,15 +353,16 @@ func RopeKVStore(mode, dims int) *k.Kernel {
 		isQ := b.Let("isQ", t.Lt(nq))
 		// a loop of one trip or none: the head's kind picks its work
 		b.For("hq", 0, k.Select(isQ, k.I(1), k.I(0)), func(k.Expr) {
-			r.head(b, q, t.Mul(hd), pos, func(at, x k.Expr) { b.Store(qy, at, x) })
+			o := b.Let("o", t.Mul(hd))
+			r.head(b, source(q, qw, o), o, pos, func(at, x k.Expr) { b.Store(qy, at, x.F32ToF16().F16ToF32()) })
 		})
 		b.For("hk", 0, k.Select(isQ, k.I(0), k.I(1)), func(k.Expr) {
 			o := b.Let("o", t.Sub(nq).Mul(hd))
 			base := b.Let("base", row.Mul(kx.Len()))
-			r.head(b, kx, o, pos, func(at, x k.Expr) { b.Store(kc, base.Add(at), x.F32ToF16()) })
+			r.head(b, source(kx, kw, o), o, pos, func(at, x k.Expr) { b.Store(kc, base.Add(at), x.F32ToF16()) })
 			b.For("d", 0, hd, func(d k.Expr) { b.Store(vc, base.Add(o).Add(d), v.At(o.Add(d)).F32ToF16()) })
 		})
 	})
-	warpSched(b, "p", "i", "d")
+	warpSched(b, "p", "i", "d", "ss_i")
 	return b.MustBuild()
 }

@@ -285,6 +285,7 @@ func TestRopeKVStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range wantQ {
+				wantQ[i] = quant.F16ToF32(quant.F32ToF16(wantQ[i])) // as the attention reads it
 				if math.Float32bits(gotQ[i]) != math.Float32bits(wantQ[i]) {
 					t.Fatalf("mode %d dims %d q value %d: %v, rope %v", mode, dims, i, gotQ[i], wantQ[i])
 				}
@@ -294,6 +295,54 @@ func TestRopeKVStore(t *testing.T) {
 					t.Fatalf("mode %d dims %d cache value %d: k %#x v %#x, want %#x %#x", mode, dims, i, gotK[i], gotV[i], wantK[i], wantV[i])
 				}
 			}
+		}
+	}
+}
+
+// RopeKVStoreNorm is RMSNormRows over each head, then RopeKVStore, within
+// f32 rounding (its sum of squares is a warp's tree, RMSNormRows' a
+// CTA's): q within 1e-6, each cached half within one ulp.
+func TestRopeKVStoreNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	const hd, qHeads, kvHeads, ctx, pos = 128, 4, 2, 3, 2
+	eps := float32(1e-6)
+	for _, mode := range []int{dsl.RopeNormal, dsl.RopeNeox} {
+		q, kx, v := opstest.Floats(qHeads*hd, 2, r), opstest.Floats(kvHeads*hd, 2, r), opstest.Floats(kvHeads*hd, 2, r)
+		qw, kw := opstest.Floats(hd, 1, r), opstest.Floats(hd, 1, r)
+		freqs := make([]float32, hd/2)
+		for i := range freqs {
+			freqs[i] = 1
+		}
+		st := []int32{0, pos}
+		ts, fs := float32(0.9), float32(1)
+		qn, kn := make([]float32, len(q)), make([]float32, len(kx))
+		if err := k.Run(ops.RMSNormRows(true), q, qw, qn, eps, hd); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(ops.RMSNormRows(true), kx, kw, kn, eps, hd); err != nil {
+			t.Fatal(err)
+		}
+		wantQ, wantK, wantV := make([]float32, len(q)), make([]uint16, ctx*len(kx)), make([]uint16, ctx*len(kx))
+		if err := k.Run(ops.RopeKVStore(mode, hd), qn, kn, v, wantQ, wantK, wantV, st, freqs, hd, ts, fs); err != nil {
+			t.Fatal(err)
+		}
+		gotQ, gotK, gotV := make([]float32, len(q)), make([]uint16, len(wantK)), make([]uint16, len(wantV))
+		if err := k.Run(ops.RopeKVStoreNorm(mode, hd), q, kx, v, qw, kw, gotQ, gotK, gotV, st, freqs, hd, eps, ts, fs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range wantQ {
+			if d := math.Abs(float64(gotQ[i] - wantQ[i])); d > 1e-3*math.Abs(float64(wantQ[i]))+1e-6 {
+				t.Fatalf("mode %d q value %d: %v, norm then rope %v", mode, i, gotQ[i], wantQ[i])
+			}
+		}
+		for i := range wantK {
+			dk, dv := int(gotK[i])-int(wantK[i]), int(gotV[i])-int(wantV[i])
+			if dk < -1 || dk > 1 || dv != 0 {
+				t.Fatalf("mode %d cache value %d: k %#x v %#x, want %#x %#x", mode, i, gotK[i], gotV[i], wantK[i], wantV[i])
+			}
+		}
+		if wantK[pos*len(kx)] == 0 && wantK[pos*len(kx)+1] == 0 {
+			t.Fatal("nothing cached at the position")
 		}
 	}
 }

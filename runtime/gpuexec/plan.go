@@ -265,8 +265,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 		// live until it
 		ropeKV := ropeKVs(g, rows)
 		late := map[int][]int{}
-		for a, qk := range ropeKV {
-			late[a] = []int{g.Nodes[qk[0]].In[0], g.Nodes[qk[1]].In[0]}
+		for a, f := range ropeKV {
+			q, k := f.inputs(g)
+			late[a] = []int{q, k}
 		}
 		bp := g.PlanBuffersLate(rows, late)
 		slotAlloc := make([]int, len(bp.Sizes))
@@ -483,6 +484,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					p.call(i, cached("SiLUF32", ops.SiLUF32), in(0), out[i])
 				}
 			case dsl.OpRMSNorm:
+				if ropeLate(ropeKV, i) {
+					break // done by its attention's RopeKVStoreNorm
+				}
 				// Groups (per-head norms) are rows of the group's width.
 				perRow := rows > 1 || n.Group() != n.Cols
 				if n.Weight < 0 {
@@ -539,20 +543,38 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					kvs[n.Layer] = [2]int{kc, vc}
 				}
 				kc, vc := kvs[n.Layer][0], kvs[n.Layer][1]
-				if qk, ok := ropeKV[i]; ok {
-					// both RoPEs and the cache store in one launch
-					qn, kn := qk[0], qk[1]
-					r := g.Nodes[qn].Rope
-					fa, err := ropeFreqs(qn)
+				if f, ok := ropeKV[i]; ok {
+					// both RoPEs (and the heads' norms) and the cache store in one launch
+					r := g.Nodes[f.q].Rope
+					fa, err := ropeFreqs(f.q)
 					if err != nil {
 						return view{}, err
 					}
 					ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
 					mode, dims := r.Mode, r.Dims
-					k := cached(fmt.Sprintf("ropekv%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopeKVStore(mode, dims) })
-					p.call(i, k, out[g.Nodes[qn].In[0]], out[g.Nodes[kn].In[0]], in(2), out[qn], whole(kc, p), whole(vc, p), stepAll(p),
-						whole(fa, p), r.HeadDim, ts, r.FreqScale)
-					if out[qn].a == last.x.a {
+					qi, ki := f.inputs(g)
+					args := []any{out[qi], out[ki], in(2)}
+					var k *kernel.Kernel
+					if f.qNorm >= 0 {
+						qw, err := vector(g.Nodes[f.qNorm].Weight)
+						if err != nil {
+							return view{}, err
+						}
+						kw, err := vector(g.Nodes[f.kNorm].Weight)
+						if err != nil {
+							return view{}, err
+						}
+						args = append(args, whole(qw, p), whole(kw, p))
+						k = cached(fmt.Sprintf("ropekvnorm%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopeKVStoreNorm(mode, dims) })
+					} else {
+						k = cached(fmt.Sprintf("ropekv%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopeKVStore(mode, dims) })
+					}
+					args = append(args, out[f.q], whole(kc, p), whole(vc, p), stepAll(p), whole(fa, p), r.HeadDim)
+					if f.qNorm >= 0 {
+						args = append(args, g.Nodes[f.qNorm].F)
+					}
+					p.call(i, k, append(args, ts, r.FreqScale)...)
+					if out[f.q].a == last.x.a {
 						last.rk = nil
 					}
 				} else {
@@ -588,17 +610,29 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				// specialized to the model's heads: constant trip counts
 				// and divisors (a runtime head dimension left the q·k dot a
 				// loop of dependent loads, 20 µs a layer on the 1B)
-				split, err := specialized(cached, ops.AttentionSplit, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "group": group,
+				mkSplit := ops.AttentionSplit
+				if _, ok := ropeKV[i]; ok { // RopeKVStore left q rounded to f16
+					mkSplit = ops.AttentionSplitRounded
+				}
+				split, err := specialized(cached, mkSplit, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "group": group,
 					"kvDim": dim, "ctx": p.kvRows, "chunks": ops.AttnSplitChunks, "scale": a.Scale})
 				if err != nil {
 					return view{}, err
 				}
-				merge, err := specialized(cached, ops.AttentionMerge, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "chunks": ops.AttnSplitChunks})
+				// where every reader quantizes the output to Q8_0 (a block a
+				// lane each of a head's warp), the merge does
+				mkMerge, margs := ops.AttentionMerge, []any{view{parts, 0, np}, stepAll(p), out[i]}
+				if qn, qmk, qk := quantizedBy(i); rows == 1 && qk == 32 && a.HeadDim%32 == 0 {
+					xq, xd := actQuants(n.Cols, qk)
+					mkMerge, margs = ops.AttentionMergeQ8_0, append(margs, xq, xd)
+					normQuant = &rounding{cached(qn, qmk), out[i]}
+				}
+				merge, err := specialized(cached, mkMerge, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "chunks": ops.AttnSplitChunks})
 				if err != nil {
 					return view{}, err
 				}
 				p.call(i, split, in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p), view{scores, 0, ns})
-				p.call(i, merge, view{parts, 0, np}, stepAll(p), out[i])
+				p.call(i, merge, margs...)
 			default:
 				return view{}, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)
 			}
@@ -700,14 +734,29 @@ func dotShape(form string, t quant.Type, rows int) ops.DotShape {
 	return sh
 }
 
+// ropeKV is an attention whose RoPEs are done in its launch: the RoPE
+// nodes of q and k and, where each reads a per-head RMSNorm read by
+// nothing else (qwen3's q_norm and k_norm), those norms (-1 without).
+type ropeKV struct{ q, k, qNorm, kNorm int }
+
 // ropeKVs finds, for one-row steps, the attentions whose q and k inputs
 // are RoPEs read by nothing else, alike in all but their heads: those
-// RoPEs are done in the attention's RopeKVStore launch. It maps the
-// attention's node to the RoPEs of q and of k.
-func ropeKVs(g *dsl.G, rows int) map[int][2]int {
-	out := map[int][2]int{}
+// RoPEs (and the per-head norms before them) are done in the attention's
+// RopeKVStore launch. It maps the attention's node to them.
+func ropeKVs(g *dsl.G, rows int) map[int]ropeKV {
+	out := map[int]ropeKV{}
 	if rows != 1 {
 		return out
+	}
+	// headNorm is the per-head weighted RMSNorm that RoPE node r reads,
+	// when nothing else reads it
+	headNorm := func(r int) int {
+		j := g.Nodes[r].In[0]
+		n := &g.Nodes[j]
+		if n.Op == dsl.OpRMSNorm && n.Weight >= 0 && n.Group() == g.Nodes[r].Rope.HeadDim && n.Group() != n.Cols && readers(g, j) == 1 {
+			return j
+		}
+		return -1
 	}
 	for i, n := range g.Nodes {
 		if n.Op != dsl.OpAttention || len(n.In) != 3 {
@@ -723,19 +772,33 @@ func ropeKVs(g *dsl.G, rows int) map[int][2]int {
 		if rq != rk || rq.HeadDim != n.Attn.HeadDim || (rq.Mode != dsl.RopeNormal && rq.Mode != dsl.RopeNeox) {
 			continue
 		}
-		out[i] = [2]int{qn, kn}
+		f := ropeKV{q: qn, k: kn, qNorm: headNorm(qn), kNorm: headNorm(kn)}
+		if (f.qNorm < 0) != (f.kNorm < 0) || (f.qNorm >= 0 && g.Nodes[f.qNorm].F != g.Nodes[f.kNorm].F) {
+			f.qNorm, f.kNorm = -1, -1 // both heads' norms, of one eps, or neither
+		}
+		out[i] = f
 	}
 	return out
 }
 
-// ropeLate reports whether RoPE node i is done by an attention's launch.
-func ropeLate(ropeKV map[int][2]int, i int) bool {
-	for _, qk := range ropeKV {
-		if qk[0] == i || qk[1] == i {
+// ropeLate reports whether node i (a RoPE or a norm) is done by an
+// attention's launch.
+func ropeLate(ropeKV map[int]ropeKV, i int) bool {
+	for _, f := range ropeKV {
+		if f.q == i || f.k == i || (f.qNorm >= 0 && (f.qNorm == i || f.kNorm == i)) {
 			return true
 		}
 	}
 	return false
+}
+
+// inputs are the values f's launch reads in place of its nodes' outputs:
+// the norms' inputs where it normalizes, else the RoPEs'.
+func (f ropeKV) inputs(g *dsl.G) (q, k int) {
+	if f.qNorm >= 0 {
+		return g.Nodes[f.qNorm].In[0], g.Nodes[f.kNorm].In[0]
+	}
+	return g.Nodes[f.q].In[0], g.Nodes[f.k].In[0]
 }
 
 // swiGLUs finds, for one-row steps, the SwiGLU pattern of the feed-forward

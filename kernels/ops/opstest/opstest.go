@@ -144,9 +144,11 @@ func Args(name string, seed uint64) []any {
 		// rows of 4 query heads over 2 KV heads of hd values, in 2 sequences of ctx rows
 		hd, heads, kvh, ctx, rows := 16+16*r.IntN(6), 4, 2, 9, 3
 		dim := kvh * hd
+		// distinct cache slots, as a batch's rows are (two rows storing to
+		// one slot would race on a GPU)
 		rowPos, rowSeq := make([]int32, rows), make([]int32, rows)
-		for i := range rowPos {
-			rowPos[i], rowSeq[i] = int32(r.IntN(ctx)), int32(r.IntN(2))
+		for i, slot := range r.Perm(2 * ctx)[:rows] {
+			rowPos[i], rowSeq[i] = int32(slot%ctx), int32(slot/ctx)
 		}
 		kc, vc := make([]uint16, 2*ctx*dim), make([]uint16, 2*ctx*dim)
 		for i := range kc {
