@@ -85,7 +85,7 @@ func RMSNormQuantize(qk int) *k.Kernel {
 		y := func(j any) k.Expr { return x.At(base.Add(j)).Mul(scale).Mul(w.At(base.Add(j))) }
 		storeQuantized(b, qk, i, base, y, xq, xd)
 	})
-	b.Schedule("ss_i", k.LoopSchedule{Threads: NormThreads})
+	b.Schedule("ss_i", k.LoopSchedule{Threads: NormThreads, Unroll: 4}) // a thread's squares' loads in flight together
 	b.Schedule("j", k.LoopSchedule{Threads: NormThreads})
 	return b.MustBuild()
 }

@@ -331,7 +331,7 @@ func TestRopeKVStoreNorm(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range wantQ {
-			if d := math.Abs(float64(gotQ[i] - wantQ[i])); d > 1e-3*math.Abs(float64(wantQ[i]))+1e-6 {
+			if d := math.Abs(float64(gotQ[i] - wantQ[i])); d > float64(1e-3*math.Abs(float64(wantQ[i])))+1e-6 {
 				t.Fatalf("mode %d q value %d: %v, norm then rope %v", mode, i, gotQ[i], wantQ[i])
 			}
 		}

@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -15,11 +16,13 @@ import (
 // TestGPUAttentionSplitDecode checks the decode attention (AttentionSplit +
 // AttentionMerge) on the device against the float64 reference, one row of
 // the 1B's and qwen3-0.6b's heads at positions 0 to 2047, and logs the
-// pair's time by position (H200, stop 16: 15 µs at position 0, 23-35 at 64,
-// 62-92 at 2047, the 1B's heads and qwen3's: a tenth to a fifth of a decode
-// step). A form with the head dimensions over the lanes and pieces of any
-// length (AttentionSplitDims, tried then) was faster to position 64 and
-// slower past 128; copies of the q·k loop (Unroll 8) changed nothing.
+// pair's time by position, launched back to back (about 8 µs of the small
+// ones is the two launches). Stop 17 on the H200: specialized to the heads
+// with the query pre-rounded, the pair went from 22.1 to 17.0 µs at
+// position 64 and 60.8 to 47.1 at 2047 (1B heads), 31.7 to 22.3 and 88.4
+// to 63.0 (qwen3's); the dot's loads 8, 32 or all at a time within 5%. A
+// form with the head dimensions over the lanes (AttentionSplitDims, stop
+// 16) was faster to position 64 and slower past 128.
 func TestGPUAttentionSplitDecode(t *testing.T) {
 	needGPU(t)
 	c, s := deviceStream(t)
@@ -31,53 +34,57 @@ func TestGPUAttentionSplitDecode(t *testing.T) {
 		const ctx = 2048
 		dim, group := sh.kvHead*sh.hd, sh.heads/sh.kvHead
 		scale := float32(1 / math.Sqrt(float64(sh.hd)))
-		// as built (every shape a scalar) and specialized to the heads, as
-		// the runner plans it
-		split, merge := ops.AttentionSplit(), ops.AttentionMerge()
-		sSplit, err := kernel.Specialize(split, map[string]any{"headDim": sh.hd, "heads": sh.heads, "group": group, "kvDim": dim, "ctx": ctx,
-			"chunks": ops.AttnSplitChunks, "scale": scale})
-		if err != nil {
-			t.Fatal(err)
+		// as built (every shape a scalar), and specialized to the heads
+		// for a query RopeKVStore rounded, as the runner plans it, with the
+		// q·k dot's loads in flight 8, 32 (the plan's) and all at a time
+		spec := func(mk func() *kernel.Kernel, vals map[string]any) *kernel.Kernel {
+			k, err := kernel.Specialize(mk(), vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return k
 		}
-		sMerge, err := kernel.Specialize(merge, map[string]any{"headDim": sh.hd, "heads": sh.heads, "chunks": ops.AttnSplitChunks})
-		if err != nil {
-			t.Fatal(err)
+		split, gMerge := ops.AttentionSplit(), ops.AttentionMerge()
+		sMerge := spec(ops.AttentionMerge, map[string]any{"headDim": sh.hd, "heads": sh.heads, "chunks": ops.AttnSplitChunks})
+		splits := []*kernel.Kernel{split}
+		for _, u := range []int{8, 32, sh.hd} {
+			k := spec(ops.AttentionSplitRounded, map[string]any{"headDim": sh.hd, "heads": sh.heads, "group": group, "kvDim": dim, "ctx": ctx,
+				"chunks": ops.AttnSplitChunks, "scale": scale})
+			k.Schedule = k.Schedule.With(kernel.Schedule{"dot_i": {Unroll: u}})
+			k.Name += fmt.Sprintf("_dot%d", u)
+			splits = append(splits, k)
 		}
-		mod, tg := loadKernels(t, c, split, merge, sSplit, sMerge)
+		mod, tg := loadKernels(t, c, append(splits, gMerge, sMerge)...)
 		kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
 		for i := range kc {
 			kc[i] = quant.F32ToF16(float32(r.NormFloat64()))
 			vc[i] = quant.F32ToF16(float32(r.NormFloat64()))
 		}
 		q := opstest.Floats(sh.heads*sh.hd, 1, r)
+		qr := make([]float32, len(q)) // as RopeKVStore leaves it
+		for i, v := range q {
+			qr[i] = quant.F16ToF32(quant.F32ToF16(v))
+		}
 		ns, np := sh.heads*ctx, sh.heads*ops.AttnSplitChunks*(sh.hd+2)
-		qd, kd, vd := upload(t, c, f32Bytes(q)), upload(t, c, u16Bytes(kc)), upload(t, c, u16Bytes(vc))
+		qd, qrd, kd, vd := upload(t, c, f32Bytes(q)), upload(t, c, f32Bytes(qr)), upload(t, c, u16Bytes(kc)), upload(t, c, u16Bytes(vc))
+		defer qrd.Free()
 		sd, pd, yd := zeroed(t, c, 4*ns), zeroed(t, c, 4*np), zeroed(t, c, 4*len(q))
 		for _, pos := range []int{0, 5, 64, 128, 511, 2047} {
-			for _, pair := range [][2]*kernel.Kernel{{split, merge}, {sSplit, sMerge}} {
-				split, merge := pair[0], pair[1]
+			for vi, split := range splits {
+				merge, qb := sMerge, qrd
+				if vi == 0 {
+					merge, qb = gMerge, qd
+				}
 				stepd := upload(t, c, []byte{0, 0, 0, 0, byte(pos), byte(pos >> 8), 0, 0})
 				runSplit, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
-					attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
+					attnBufs{q: qb, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
 					sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
 				runSplit()
 				runMerge()
 				if err := s.Synchronize(); err != nil {
 					t.Fatal(err)
 				}
-				got := make([]byte, 4*len(q))
-				if err := yd.Download(got); err != nil {
-					t.Fatal(err)
-				}
-				want := opstest.AttentionRef(q, kc, vc, pos, sh.hd, sh.heads, group, dim, scale)
-				var worst float64
-				for i, g := range f32sFrom(got) {
-					worst = math.Max(worst, math.Abs(float64(g)-want[i]))
-					if math.IsNaN(float64(g)) {
-						worst = math.Inf(1)
-					}
-				}
-				if worst > 1e-4 {
+				if worst := attnError(t, yd, q, kc, vc, pos, sh.hd, sh.heads, group, dim, scale); worst > 1e-4 {
 					t.Errorf("%s %s at position %d: the device differs from the reference by %.3g", sh.name, split.Name, pos, worst)
 				}
 				us := deviceMicros(t, c, s, 20, func() { runSplit(); runMerge() })

@@ -68,18 +68,7 @@ func TestGPUAttentionTile(t *testing.T) {
 		if err := s.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
-		got := make([]byte, 4*len(q))
-		if err := yd.Download(got); err != nil {
-			t.Fatal(err)
-		}
-		want := opstest.AttentionRef(q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
-		var worst float64
-		for i, g := range f32sFrom(got) {
-			worst = math.Max(worst, math.Abs(float64(g)-want[i]))
-			if math.IsNaN(float64(g)) {
-				worst = math.Inf(1)
-			}
-		}
+		worst := attnError(t, yd, q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
 		if worst > 1e-3 {
 			t.Errorf("%s, %d rows at position %d: the device differs from the reference by %.3g", sh.name, sh.rows, sh.pos, worst)
 		}

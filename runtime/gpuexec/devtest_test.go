@@ -6,6 +6,7 @@ import (
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops/opstest"
 	"github.com/jitllm/jitllm/runtime/cuda"
 )
 
@@ -195,4 +196,24 @@ func attnSplitMerge(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Strea
 	runSplit = launch(split, []buf{{b.q, b.nq}, {b.kc, b.nkc}, {b.vc, b.nvc}, {b.part, b.np}, {b.step, 2}, {b.sc, b.ns}})
 	runMerge = launch(merge, []buf{{b.part, b.np}, {b.step, 2}, {b.y, b.nq}})
 	return runSplit, runMerge
+}
+
+// attnError is the largest difference between the attention output on
+// the device (yd, as many values as q) and the float64 reference at
+// position pos; +Inf where the device gave a NaN.
+func attnError(t *testing.T, yd cuda.Buffer, q []float32, kc, vc []uint16, pos, hd, heads, group, dim int, scale float32) float64 {
+	t.Helper()
+	got := make([]byte, 4*len(q))
+	if err := yd.Download(got); err != nil {
+		t.Fatal(err)
+	}
+	want := opstest.AttentionRef(q, kc, vc, pos, hd, heads, group, dim, scale)
+	var worst float64
+	for i, g := range f32sFrom(got) {
+		worst = math.Max(worst, math.Abs(float64(g)-want[i]))
+		if math.IsNaN(float64(g)) {
+			worst = math.Inf(1)
+		}
+	}
+	return worst
 }
