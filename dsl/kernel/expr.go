@@ -74,7 +74,10 @@ type Node struct {
 	// Aligned (OpLoad) promises that the load's byte offset in its root
 	// buffer is a multiple of its size (Buf.Aligned).
 	Aligned bool
-	Err     error
+	// AnyNaN (OpF16ToF32) lets a target return any NaN for a NaN half
+	// (F16ToF32AnyNaN): every other value is the exact widening.
+	AnyNaN bool
+	Err    error
 }
 
 // Expr is a handle to an expression.
@@ -263,6 +266,19 @@ func (a *Node) F16ToF32() Expr {
 		return bad("f16tof32 of %s", a.Kind)
 	}
 	return mk(OpF16ToF32, F32, a)
+}
+
+// F16ToF32AnyNaN is F16ToF32 where a NaN may come out as any NaN (the
+// interpreter keeps its payload; a GPU's conversion instruction alone does
+// not): for inner loops over halves that only a model gone to NaN fills
+// with NaNs, such as attention's KV cache, where the payload-preserving
+// form costs ten instructions a value.
+func (a *Node) F16ToF32AnyNaN() Expr {
+	e := a.F16ToF32()
+	if e.Err == nil {
+		e.AnyNaN = true
+	}
+	return e
 }
 
 // F32ToF16 rounds the receiver (F32) to the nearest IEEE half, ties to

@@ -13,7 +13,9 @@ import (
 // one warp a piece; AttentionMerge folds the pieces. The arithmetic is
 // softmax attention in f32 (the f16 query and caches as Attention reads
 // them), not Attention's f16 accumulator: the GPU path is held to the CPU
-// one by error bounds here, as the mat-vecs are.
+// one by error bounds here, as the mat-vecs are. The caches' halves widen
+// by the instruction alone (F16ToF32AnyNaN: a NaN in the cache may come
+// out as another NaN), a third of the q·k dot's instructions.
 
 // AttnSplitChunks is the most pieces a pair's positions are cut into: the
 // grid is pairs × AttnSplitChunks warps, those past the position exit at
@@ -75,7 +77,7 @@ func attentionSplit(rounded bool) *k.Kernel {
 				if !rounded {
 					qd = qd.F32ToF16().F16ToF32()
 				}
-				return qd.Mul(kc.At(kb.Add(d)).F16ToF32())
+				return qd.Mul(kc.At(kb.Add(d)).F16ToF32AnyNaN())
 			})
 			s := b.Let("s", dot.Mul(scale))
 			b.Store(sc, so.Add(j), s)
@@ -91,7 +93,7 @@ func attentionSplit(rounded bool) *k.Kernel {
 		po := b.Let("po", w.Mul(hd.Add(2)))
 		b.For("d", 0, hd, func(d k.Expr) {
 			o := b.Sum("o", k.F32, lo, hi, func(j k.Expr) k.Expr {
-				return sc.At(so.Add(j)).Mul(vc.At(j.Mul(dim).Add(off).Add(d)).F16ToF32())
+				return sc.At(so.Add(j)).Mul(vc.At(j.Mul(dim).Add(off).Add(d)).F16ToF32AnyNaN())
 			})
 			b.Store(part, po.Add(d), o)
 		})

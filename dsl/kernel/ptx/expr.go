@@ -145,6 +145,12 @@ func (f *fn) expr(e kernel.Expr) string {
 	case kernel.OpCvt:
 		return f.cvt(e.Args[0].Kind, e.Kind, f.expr(e.Args[0]))
 	case kernel.OpF16ToF32:
+		if e.AnyNaN { // the instruction alone: NaN payloads need not survive
+			h, r := f.reg(c16), f.reg(cF32)
+			f.ins("cvt.u16.u32 %s, %s", h, f.expr(e.Args[0]))
+			f.ins("cvt.f32.f16 %s, %s", r, h)
+			return r
+		}
 		return f.f16(f.expr(e.Args[0]))
 	case kernel.OpF32ToF16:
 		return f.tof16(f.expr(e.Args[0]))

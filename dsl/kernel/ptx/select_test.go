@@ -239,3 +239,26 @@ func TestUnrolledThreadLoop(t *testing.T) {
 	}
 	has(t, src, "add.s64 %rd", ", 64;", ", 96;") // the copies' indices and the trip's stride
 }
+
+// F16ToF32AnyNaN is the conversion instruction alone; F16ToF32 rebuilds a
+// NaN's payload after it.
+func TestF16ToF32AnyNaN(t *testing.T) {
+	conv := func(anyNaN bool) string {
+		return render(t, "Widen", func(b *kernel.Builder) {
+			h, y := b.Buffer("h", kernel.U16), b.Buffer("y", kernel.F32)
+			b.ParallelFor("i", 0, y.Len(), func(i kernel.Expr) {
+				if anyNaN {
+					b.Store(y, i, h.At(i).F16ToF32AnyNaN())
+				} else {
+					b.Store(y, i, h.At(i).F16ToF32())
+				}
+			})
+		})
+	}
+	loose, exact := conv(true), conv(false)
+	has(t, loose, "cvt.f32.f16 ")
+	has(t, exact, "cvt.f32.f16 ", "2139095040") // 0x7f800000, the rebuilt NaN's exponent
+	if strings.Contains(loose, "2139095040") {
+		t.Errorf("the loose conversion rebuilds NaNs:\n%s", loose)
+	}
+}
