@@ -114,7 +114,7 @@ func attentionSplit(rounded bool) *k.Kernel {
 // AttentionSplit folded, y[d] = Σ_c o_c[d]·exp(m_c − M) / Σ_c l_c·exp(m_c − M)
 // over the pieces that hold positions, M their largest maximum; a warp a
 // pair, head dimensions over the lanes.
-func AttentionMerge() *k.Kernel { return attentionMerge(false) }
+func AttentionMerge() *k.Kernel { return attentionMerge(0) }
 
 // AttentionMergeQ8_0 is AttentionMerge that also quantizes its output as
 // QuantizeQ8_0 does, AttentionMergeQ8_0(part []float32, step []int32, y
@@ -122,46 +122,78 @@ func AttentionMerge() *k.Kernel { return attentionMerge(false) }
 // block of 32 values is a lane each of one warp's head (headDim a multiple
 // of 32), so the o projection's quantizer needs no launch of its own. The
 // bits of AttentionMerge, then QuantizeQ8_0.
-func AttentionMergeQ8_0() *k.Kernel { return attentionMerge(true) }
+func AttentionMergeQ8_0() *k.Kernel { return attentionMerge(32) }
 
-func attentionMerge(q8 bool) *k.Kernel {
-	name, doc := "AttentionMerge", "folds AttentionSplit's pieces of each head into its attention output."
-	if q8 {
-		name, doc = "AttentionMergeQ8_0", "folds AttentionSplit's pieces of each head into its attention output, quantized to Q8_0 too."
+// AttentionMergeQ8_K is AttentionMerge that also quantizes its output as
+// QuantizeQ8_K does, AttentionMergeQ8_K(part []float32, step []int32, y
+// []float32, xq []byte, xd []float32, headDim, heads, chunks int): a CTA
+// of 256 a Q8_K block, a thread a value folding its head's pieces (the
+// head's maximum and denominator each thread of it alike), then the
+// block quantized as QuantizeQ8_K's CTA does. The bits of AttentionMerge,
+// then QuantizeQ8_K; len(y) a multiple of 256.
+func AttentionMergeQ8_K() *k.Kernel { return attentionMerge(256) }
+
+// mergeHead is head t's fold of its pieces: out(d) is value d of the
+// head's attention output.
+func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (out func(d k.Expr) k.Expr) {
+	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
+	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
+	stride := b.Let("stride", hd.Add(2))
+	base := b.Let("base", t.Mul(chunks).Mul(stride))
+	M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
+	b.For("cm", 0, nc, func(c k.Expr) {
+		b.Set(M, M.Get().Max(part.At(base.Add(c.Mul(stride)).Add(hd))))
+	})
+	m := b.Let("m", M.Get())
+	den := b.Sum("den", k.F32, 0, nc, func(c k.Expr) k.Expr {
+		pc := b.Let("pc", base.Add(c.Mul(stride)))
+		return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+	})
+	inv := b.Let("inv", k.F(1).Div(den))
+	return func(d k.Expr) k.Expr {
+		o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
+			pc := b.Let("pc", base.Add(c.Mul(stride)))
+			return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+		})
+		return o.Mul(inv)
+	}
+}
+
+// attentionMerge is AttentionMerge quantizing its output to blocks of qk
+// (32: Q8_0, 256: Q8_K) or not (0).
+func attentionMerge(qk int) *k.Kernel {
+	name, doc := "AttentionMerge", "folds AttentionSplit's pieces of each head into its attention output"
+	if qk > 0 {
+		name, doc = map[int]string{32: "AttentionMergeQ8_0", 256: "AttentionMergeQ8_K"}[qk], doc+", quantized too"
 	}
 	b := k.New(name)
-	b.Doc(doc)
+	b.Doc(doc + ".")
 	part, step, y := b.Buffer("part", k.F32), b.Buffer("step", k.I32), b.Buffer("y", k.F32)
 	var xq, xd *k.Buf
-	if q8 {
+	if qk > 0 {
 		xq, xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	}
 	hd, heads, chunks := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int), b.Scalar("chunks", k.Int)
-	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
-		n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
-		nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
-		stride := b.Let("stride", hd.Add(2))
-		base := b.Let("base", t.Mul(chunks).Mul(stride))
-		M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
-		b.For("cm", 0, nc, func(c k.Expr) {
-			b.Set(M, M.Get().Max(part.At(base.Add(c.Mul(stride)).Add(hd))))
-		})
-		m := b.Let("m", M.Get())
-		den := b.Sum("den", k.F32, 0, nc, func(c k.Expr) k.Expr {
-			pc := b.Let("pc", base.Add(c.Mul(stride)))
-			return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
-		})
-		inv := b.Let("inv", k.F(1).Div(den))
-		out := func(lo, hi k.Expr) {
-			b.For("d", lo, hi, func(d k.Expr) {
-				o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
-					pc := b.Let("pc", base.Add(c.Mul(stride)))
-					return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
-				})
-				b.Store(y, t.Mul(hd).Add(d), o.Mul(inv))
+	if qk == 256 {
+		b.ParallelFor("blk", 0, y.Len().Div(256), func(blk k.Expr) {
+			base := b.Let("at", blk.Mul(256))
+			b.For("v", 0, 256, func(v k.Expr) {
+				e := b.Let("e", base.Add(v))
+				out := mergeHead(b, part, step, hd, heads, chunks, e.Div(hd))
+				b.Store(y, e, out(e.Rem(hd)))
 			})
+			storeQuantized(b, 256, blk, base, b.View("yb", y, base, 256).At, xq, xd)
+		})
+		b.Schedule("v", k.LoopSchedule{Threads: 256})
+		b.Schedule("j", k.LoopSchedule{Threads: 256})
+		return b.MustBuild()
+	}
+	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
+		value := mergeHead(b, part, step, hd, heads, chunks, t)
+		out := func(lo, hi k.Expr) {
+			b.For("d", lo, hi, func(d k.Expr) { b.Store(y, t.Mul(hd).Add(d), value(d)) })
 		}
-		if !q8 {
+		if qk == 0 {
 			out(k.I(0), hd)
 			return
 		}

@@ -73,6 +73,20 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 				t.Fatalf("%d rows at position %d: merged and quantized value %d: %v %d %v, want %v %d %v", c.rows, c.pos, i, gotQ[i], xq[i], xd[i/32], got[i], wq[i], wd[i/32])
 			}
 		}
+		// and to Q8_K: AttentionMerge's bits, then QuantizeQ8_K's
+		gotK, kq, kd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/256)
+		if err := k.Run(ops.AttentionMergeQ8_K(), part, step, gotK, kq, kd, hd, heads, chunks); err != nil {
+			t.Fatal(err)
+		}
+		wkq, wkd := make([]byte, len(q)), make([]float32, len(q)/256)
+		if err := k.Run(ops.QuantizeQ8_K(), got, wkq, wkd); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Float32bits(gotK[i]) != math.Float32bits(got[i]) || kq[i] != wkq[i] || math.Float32bits(kd[i/256]) != math.Float32bits(wkd[i/256]) {
+				t.Fatalf("%d rows at position %d: merged and quantized to Q8_K, value %d: %v %d %v, want %v %d %v", c.rows, c.pos, i, gotK[i], kq[i], kd[i/256], got[i], wkq[i], wkd[i/256])
+			}
+		}
 		want := opstest.AttentionRef(q, kc, vc, c.pos, hd, heads, group, dim, c.scale)
 		var worst float64
 		for i, w := range want {

@@ -619,12 +619,16 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				if err != nil {
 					return view{}, err
 				}
-				// where every reader quantizes the output to Q8_0 (a block a
-				// lane each of a head's warp), the merge does
+				// where every reader quantizes the output (to Q8_0: a block a
+				// lane each of a head's warp; to Q8_K: a CTA a block), the
+				// merge does
 				mkMerge, margs := ops.AttentionMerge, []any{view{parts, 0, np}, stepAll(p), out[i]}
-				if qn, qmk, qk := quantizedBy(i); rows == 1 && qk == 32 && a.HeadDim%32 == 0 {
+				if qn, qmk, qk := quantizedBy(i); rows == 1 && ((qk == 32 && a.HeadDim%32 == 0) || (qk == 256 && n.Cols%256 == 0)) {
 					xq, xd := actQuants(n.Cols, qk)
 					mkMerge, margs = ops.AttentionMergeQ8_0, append(margs, xq, xd)
+					if qk == 256 {
+						mkMerge = ops.AttentionMergeQ8_K
+					}
 					normQuant = &rounding{cached(qn, qmk), out[i]}
 				}
 				merge, err := specialized(cached, mkMerge, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "chunks": ops.AttnSplitChunks})

@@ -418,8 +418,12 @@ func TestMatVecEpiloguesFused(t *testing.T) {
 	if got := count(p.launches, "RMSNorm") - count(p.launches, "RMSNormQuantize"); got != 0 {
 		t.Errorf("decode step: %d RMSNorm launches left", got)
 	}
-	if got, want := count(p.launches, "Quantize"), 2*layers; got != want { // after the attention and the SwiGLU
+	if got, want := count(p.launches, "Quantize"), layers; got != want { // after the SwiGLU
 		t.Errorf("decode step: %d activation quantizers, want %d", got, want)
+	}
+	// the attention's output is quantized by its merge
+	if got := count(p.launches, "AttentionMergeQ8_K"); got != layers {
+		t.Errorf("decode step: %d quantizing attention merges, want %d", got, layers)
 	}
 }
 
