@@ -94,10 +94,7 @@ func RopeSeq(mode int) *k.Kernel { return rope(mode, 0, true) }
 // rope builds RopePos (dims > 0, step positions) or RopeSeq (dims 0: a
 // scalar; seq positions).
 func rope(mode, dims int, seq bool) *k.Kernel {
-	name := "RopeNormal"
-	if mode == dsl.RopeNeox {
-		name = "RopeNeox"
-	}
+	name := ropeName(mode)
 	if seq {
 		name += "Seq"
 	} else {

@@ -59,32 +59,24 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 				t.Fatalf("%d rows at position %d: piece value %d %v, rounded query's %v", c.rows, c.pos, i, part[i], partR[i])
 			}
 		}
-		// merged and quantized at once: AttentionMerge's bits, then QuantizeQ8_0's
-		gotQ, xq, xd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/32)
-		if err := k.Run(ops.AttentionMergeQ8_0(), part, step, gotQ, xq, xd, hd, heads, chunks); err != nil {
-			t.Fatal(err)
-		}
-		wq, wd := make([]byte, len(q)), make([]float32, len(q)/32)
-		if err := k.Run(ops.QuantizeQ8_0(), got, wq, wd); err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if math.Float32bits(gotQ[i]) != math.Float32bits(got[i]) || xq[i] != wq[i] || math.Float32bits(xd[i/32]) != math.Float32bits(wd[i/32]) {
-				t.Fatalf("%d rows at position %d: merged and quantized value %d: %v %d %v, want %v %d %v", c.rows, c.pos, i, gotQ[i], xq[i], xd[i/32], got[i], wq[i], wd[i/32])
+		// merged and quantized at once: AttentionMerge's bits, then the quantizer's
+		for _, qc := range []struct {
+			merge, quantize *k.Kernel
+			qk              int
+		}{{ops.AttentionMergeQ8_0(), ops.QuantizeQ8_0(), 32}, {ops.AttentionMergeQ8_K(), ops.QuantizeQ8_K(), 256}} {
+			gotQ, xq, xd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/qc.qk)
+			if err := k.Run(qc.merge, part, step, gotQ, xq, xd, hd, heads, chunks); err != nil {
+				t.Fatal(err)
 			}
-		}
-		// and to Q8_K: AttentionMerge's bits, then QuantizeQ8_K's
-		gotK, kq, kd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/256)
-		if err := k.Run(ops.AttentionMergeQ8_K(), part, step, gotK, kq, kd, hd, heads, chunks); err != nil {
-			t.Fatal(err)
-		}
-		wkq, wkd := make([]byte, len(q)), make([]float32, len(q)/256)
-		if err := k.Run(ops.QuantizeQ8_K(), got, wkq, wkd); err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if math.Float32bits(gotK[i]) != math.Float32bits(got[i]) || kq[i] != wkq[i] || math.Float32bits(kd[i/256]) != math.Float32bits(wkd[i/256]) {
-				t.Fatalf("%d rows at position %d: merged and quantized to Q8_K, value %d: %v %d %v, want %v %d %v", c.rows, c.pos, i, gotK[i], kq[i], kd[i/256], got[i], wkq[i], wkd[i/256])
+			wq, wd := make([]byte, len(q)), make([]float32, len(q)/qc.qk)
+			if err := k.Run(qc.quantize, got, wq, wd); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				b := i / qc.qk
+				if math.Float32bits(gotQ[i]) != math.Float32bits(got[i]) || xq[i] != wq[i] || math.Float32bits(xd[b]) != math.Float32bits(wd[b]) {
+					t.Fatalf("%s, %d rows at position %d, value %d: %v %d %v, want %v %d %v", qc.merge.Name, c.rows, c.pos, i, gotQ[i], xq[i], xd[b], got[i], wq[i], wd[b])
+				}
 			}
 		}
 		want := opstest.AttentionRef(q, kc, vc, c.pos, hd, heads, group, dim, c.scale)

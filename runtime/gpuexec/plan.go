@@ -228,14 +228,16 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 		return fmt.Sprintf("MatVecDot%s%s%s", form, t, sh), func() *kernel.Kernel { return ops.DotMatVec(form, t.String(), sh) }
 	}
 
-	// ropeFreqs is the allocation of RoPE node i's frequency divisors
-	ropeFreqs := func(i int) (int, error) {
-		if fa, ok := freqAllocs[i]; ok {
-			return fa, nil
-		}
+	// ropeFreqs is the allocation of RoPE node i's frequency divisors and
+	// its θ scale, base^(−2/dims)
+	ropeFreqs := func(i int) (int, float32, error) {
 		r := g.Nodes[i].Rope
+		ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
+		if fa, ok := freqAllocs[i]; ok {
+			return fa, ts, nil
+		}
 		if r.Mode != dsl.RopeNormal && r.Mode != dsl.RopeNeox {
-			return 0, fmt.Errorf("node %d: rope mode %d", i, r.Mode)
+			return 0, 0, fmt.Errorf("node %d: rope mode %d", i, r.Mode)
 		}
 		half := r.Dims / 2
 		freqs := make([]float32, half)
@@ -246,16 +248,16 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 			w := &m.Weights[r.FreqsW]
 			v := make([]float32, w.Dims[0])
 			if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
-				return 0, fmt.Errorf("weight %s: %w", w.GGUF, err)
+				return 0, 0, fmt.Errorf("weight %s: %w", w.GGUF, err)
 			}
 			if len(v) < half {
-				return 0, fmt.Errorf("rope frequencies %s hold %d values, need %d", w.GGUF, len(v), half)
+				return 0, 0, fmt.Errorf("rope frequencies %s hold %d values, need %d", w.GGUF, len(v), half)
 			}
 			copy(freqs, v)
 		}
 		fa := p.add(alloc{name: fmt.Sprintf("rope freqs node %d", i), kind: kernel.F32, n: half, init: f32Bytes(freqs)})
 		freqAllocs[i] = fa
-		return fa, nil
+		return fa, ts, nil
 	}
 
 	lower := func(rows int, dst *[]launch) (view, error) {
@@ -519,11 +521,10 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					break // done by its attention's RopeKVStore
 				}
 				r := n.Rope
-				fa, err := ropeFreqs(i)
+				fa, ts, err := ropeFreqs(i)
 				if err != nil {
 					return view{}, err
 				}
-				ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
 				mode, dims := r.Mode, r.Dims
 				k := cached(fmt.Sprintf("rope%d/%d", mode, dims), func() *kernel.Kernel { return ops.RopePosWarp(mode, dims) })
 				p.call(i, k, in(0), out[i], stepAll(p), whole(fa, p), r.HeadDim, r.Heads, ts, r.FreqScale)
@@ -546,11 +547,10 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				if f, ok := ropeKV[i]; ok {
 					// both RoPEs (and the heads' norms) and the cache store in one launch
 					r := g.Nodes[f.q].Rope
-					fa, err := ropeFreqs(f.q)
+					fa, ts, err := ropeFreqs(f.q)
 					if err != nil {
 						return view{}, err
 					}
-					ts := float32(math.Pow(float64(r.Base), -2.0/float64(r.Dims)))
 					mode, dims := r.Mode, r.Dims
 					qi, ki := f.inputs(g)
 					args := []any{out[qi], out[ki], in(2)}
@@ -752,12 +752,13 @@ func ropeKVs(g *dsl.G, rows int) map[int]ropeKV {
 	if rows != 1 {
 		return out
 	}
+	readers := readerCounts(g)
 	// headNorm is the per-head weighted RMSNorm that RoPE node r reads,
 	// when nothing else reads it
 	headNorm := func(r int) int {
 		j := g.Nodes[r].In[0]
 		n := &g.Nodes[j]
-		if n.Op == dsl.OpRMSNorm && n.Weight >= 0 && n.Group() == g.Nodes[r].Rope.HeadDim && n.Group() != n.Cols && readers(g, j) == 1 {
+		if n.Op == dsl.OpRMSNorm && n.Weight >= 0 && n.Group() == g.Nodes[r].Rope.HeadDim && n.Group() != n.Cols && readers[j] == 1 {
 			return j
 		}
 		return -1
@@ -768,7 +769,7 @@ func ropeKVs(g *dsl.G, rows int) map[int]ropeKV {
 		}
 		qn, kn := n.In[0], n.In[1]
 		q, k := &g.Nodes[qn], &g.Nodes[kn]
-		if q.Op != dsl.OpRoPE || k.Op != dsl.OpRoPE || qn == kn || readers(g, qn) != 1 || readers(g, kn) != 1 {
+		if q.Op != dsl.OpRoPE || k.Op != dsl.OpRoPE || qn == kn || readers[qn] != 1 || readers[kn] != 1 {
 			continue
 		}
 		rq, rk := q.Rope, k.Rope
@@ -811,6 +812,7 @@ func (f ropeKV) inputs(g *dsl.G) (q, k int) {
 // activation) ends in. It maps the gate's node to the up projection's.
 func swiGLUs(g *dsl.G, epilogues map[int]epilogue) map[int]int {
 	out := map[int]int{}
+	readers := readerCounts(g)
 	for i, e := range epilogues {
 		up := i + 2
 		if e.op != dsl.OpSiLU || up >= len(g.Nodes) {
@@ -818,27 +820,23 @@ func swiGLUs(g *dsl.G, epilogues map[int]epilogue) map[int]int {
 		}
 		gate, u := &g.Nodes[i], &g.Nodes[up]
 		if eu, ok := epilogues[up]; ok && eu.op == dsl.OpMul && eu.other == e.node && u.Op == dsl.OpMatMul &&
-			u.In[0] == gate.In[0] && u.Cols == gate.Cols && readers(g, e.node) == 1 {
+			u.In[0] == gate.In[0] && u.Cols == gate.Cols && readers[e.node] == 1 {
 			out[i] = up
 		}
 	}
 	return out
 }
 
-// readers is how many nodes and outputs read node j.
-func readers(g *dsl.G, j int) int {
-	n := 0
+// readerCounts is, for each node, how many nodes and outputs read it.
+func readerCounts(g *dsl.G) []int {
+	n := make([]int, len(g.Nodes))
 	for _, x := range g.Nodes {
-		for _, in := range x.In {
-			if in == j {
-				n++
-			}
+		for _, j := range x.In {
+			n[j]++
 		}
 	}
 	for _, o := range g.Outputs {
-		if o == j {
-			n++
-		}
+		n[o]++
 	}
 	return n
 }
@@ -861,15 +859,7 @@ func matVecEpilogues(g *dsl.G, rows int) map[int]epilogue {
 	if rows != 1 {
 		return out
 	}
-	uses := make([]int, len(g.Nodes))
-	for _, n := range g.Nodes {
-		for _, j := range n.In {
-			uses[j]++
-		}
-	}
-	for _, o := range g.Outputs {
-		uses[o]++
-	}
+	uses := readerCounts(g)
 	for i, n := range g.Nodes {
 		if n.Op != dsl.OpMatMul || i+1 >= len(g.Nodes) || uses[i] != 1 {
 			continue
