@@ -165,6 +165,8 @@ func (m *machine) stmt(s *Stmt) {
 		// serial execution already orders every access
 	case STile, STileMMA, STileStore:
 		m.tile(s)
+	case SBlockMatMul:
+		m.blockMatMul(s)
 	default:
 		fail("statement %d", s.Op)
 	}

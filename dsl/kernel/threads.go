@@ -55,6 +55,17 @@ func checkThreads(body []*Stmt) error {
 	var walk func(ss []*Stmt, in *Stmt) error
 	walk = func(ss []*Stmt, in *Stmt) error {
 		for _, s := range ss {
+			if s.Op == SBlockMatMul {
+				bw := s.Block.Threads()
+				switch {
+				case in != nil:
+					return fmt.Errorf("block product inside loop %s, which has Threads", in.Var.Name)
+				case w != 0 && bw != w:
+					return fmt.Errorf("block product of %d threads where a loop has %d (one width a kernel)", bw, w)
+				}
+				w = bw
+				continue
+			}
 			if s.Op == SFor && s.Threads != 0 {
 				switch {
 				case s.Threads < 2 || s.Threads > MaxThreads || s.Threads&(s.Threads-1) != 0:
@@ -139,7 +150,7 @@ func ThreadAccs(l *Stmt) []*Var {
 // Stores reports whether ss store anywhere.
 func Stores(ss []*Stmt) bool {
 	for _, s := range ss {
-		if s.Op == SStore || s.Op == STileStore || Stores(s.Body) {
+		if s.Op == SStore || s.Op == STileStore || s.Op == SBlockMatMul || Stores(s.Body) {
 			return true
 		}
 	}

@@ -88,3 +88,61 @@ func TestTileBuildErrors(t *testing.T) {
 		}
 	}
 }
+
+// A block product is refused in shapes no target renders, with operands of
+// the wrong kinds or a Step, outside the ParallelFor, and beside a
+// cooperative loop of another width.
+func TestBlockBuildErrors(t *testing.T) {
+	// product declares the buffers, then returns the product's statement
+	product := func(b *k.Builder, sh k.BlockShape, ak, ck k.Kind, step k.Expr) func() {
+		x, w, y := b.Buffer("x", ak), b.Buffer("w", ck), b.Buffer("y", k.F32)
+		return func() {
+			b.BlockMatMul(sh, k.TileOperand{Buf: x, Off: k.I(0), Stride: k.I(32), Rows: k.I(1), Step: step},
+				k.TileOperand{Buf: w, Off: k.I(0), Stride: k.I(32), Rows: k.I(1)}, k.I(32),
+				k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(8), Rows: k.I(1)}, k.I(8))
+		}
+	}
+	good := k.BlockShape{WM: 2, WN: 2, M: 2, N: 4}
+	inside := func(sh k.BlockShape, ak, ck k.Kind, step k.Expr) func(b *k.Builder) {
+		return func(b *k.Builder) {
+			p := product(b, sh, ak, ck, step)
+			b.ParallelFor("t", 0, 1, func(k.Expr) { p() })
+		}
+	}
+	ok := k.New("ok")
+	inside(good, k.U16, k.U16, nil)(ok)
+	if _, err := ok.Build(); err != nil {
+		t.Fatalf("a good block product: %v", err)
+	}
+	for name, build := range map[string]func(b *k.Builder){
+		"outside the ParallelFor": func(b *k.Builder) { product(b, good, k.U16, k.U16, nil)() },
+		"nine warps":              inside(k.BlockShape{WM: 3, WN: 3, M: 1, N: 2}, k.U16, k.U16, nil),
+		"an odd N":                inside(k.BlockShape{WM: 2, WN: 2, M: 2, N: 3}, k.U16, k.U16, nil),
+		"uneven chunks":           inside(k.BlockShape{WM: 4, WN: 2, M: 1, N: 2}, k.U16, k.U16, nil),
+		"an f32 weight operand":   inside(good, k.U16, k.F32, nil),
+		"a Step":                  inside(good, k.U16, k.U16, k.I(2)),
+		"a cooperative loop of another width": func(b *k.Builder) {
+			p := product(b, good, k.F32, k.U16, nil)
+			z := b.Buffer("z", k.F32)
+			b.ParallelFor("t", 0, 1, func(k.Expr) {
+				p()
+				s := b.Acc("s", k.OpAdd, k.F(0))
+				b.For("j", 0, 64, func(j k.Expr) { b.Fold(s, z.At(j)) })
+				b.Store(z, k.I(0), s.Get())
+			})
+			b.Schedule("j", k.LoopSchedule{Threads: 32})
+		},
+	} {
+		b := k.New("bad")
+		build(b)
+		kern, err := b.Build()
+		if err == nil { // the schedule's widths are checked as it is applied
+			_, err = k.Apply(kern, nil)
+		}
+		if err == nil {
+			t.Errorf("%s: built", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 
 // QuantizeQ8_K's and QuantizeQ8_0's quants times their scales are
 // QuantRoundQ8_K's and QuantRoundQ8_0's values, bit for bit, zero blocks
-// included.
+// included; their F16 forms store those values rounded to f16.
 func TestQuantize(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	x := opstest.Floats(4*256, 3, r)
@@ -21,9 +21,9 @@ func TestQuantize(t *testing.T) {
 		x[j] = 0
 	}
 	for _, c := range []struct {
-		quantize, round *k.Kernel
-		qk              int
-	}{{ops.QuantizeQ8_K(), ops.QuantRoundQ8_K(), 256}, {ops.QuantizeQ8_0(), ops.QuantRoundQ8_0(), 32}} {
+		quantize, round, round16 *k.Kernel
+		qk                       int
+	}{{ops.QuantizeQ8_K(), ops.QuantRoundQ8_K(), ops.QuantRoundQ8_KTo(k.U16), 256}, {ops.QuantizeQ8_0(), ops.QuantRoundQ8_0(), ops.QuantRoundQ8_0To(k.U16), 32}} {
 		xq, xd := make([]byte, len(x)), make([]float32, len(x)/c.qk)
 		if err := k.Run(c.quantize, x, xq, xd); err != nil {
 			t.Fatal(err)
@@ -35,6 +35,15 @@ func TestQuantize(t *testing.T) {
 		for j := range x {
 			if got := float32(int8(xq[j])) * xd[j/c.qk]; math.Float32bits(got) != math.Float32bits(want[j]) {
 				t.Fatalf("%s value %d: %v·%v = %v, %s %v", c.quantize.Name, j, int8(xq[j]), xd[j/c.qk], got, c.round.Name, want[j])
+			}
+		}
+		half := make([]uint16, len(x))
+		if err := k.Run(ops.QuantRoundWarp(c.round16), x, half); err != nil {
+			t.Fatal(err)
+		}
+		for j, h := range half {
+			if w := quant.F32ToF16(want[j]); h != w {
+				t.Fatalf("%s value %d: %#04x, want %#04x", c.round16.Name, j, h, w)
 			}
 		}
 	}

@@ -53,17 +53,45 @@ func absF(v k.Expr) k.Expr { return v.Max(v.Neg()) }
 // of x quantized as the CPU matmul quantizes an activation row to Q8_0 or
 // Q8_1 (x86 rounding: d = amax/127, q = round_even(v·127/amax)) and
 // decoded, q·f16(d), into y.
-func QuantRoundQ8_0() *k.Kernel {
-	b := k.New("QuantRoundQ8_0")
-	b.Doc("sets y to x quantized to Q8_0 blocks (x86 rounding) and decoded.")
-	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+func QuantRoundQ8_0() *k.Kernel { return QuantRoundQ8_0To(k.F32) }
+
+// QuantRoundQ8_0To is QuantRoundQ8_0 into y of kind out: F32, or U16 for
+// the decoded values rounded to f16 (what a tensor-core product rounds
+// them to), kernel QuantRoundQ8_0F16.
+func QuantRoundQ8_0To(out k.Kind) *k.Kernel {
+	b := k.New("QuantRoundQ8_0" + f16Suffix(out))
+	b.Doc("sets y to x quantized to Q8_0 blocks (x86 rounding) and decoded" + f16Doc(out) + ".")
+	x, y := b.Buffer("x", k.F32), b.Buffer("y", out)
 	b.ParallelFor("blk", 0, y.Len().Div(32), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(32), 32)
 		yb := b.View("yb", y, i.Mul(32), 32)
 		q, d := quantQ8_0(b, xb.At)
-		b.For("j", 0, 32, func(j k.Expr) { b.Store(yb, j, q(j).Mul(d)) })
+		b.For("j", 0, 32, func(j k.Expr) { b.Store(yb, j, asOut(q(j).Mul(d), out)) })
 	})
 	return b.MustBuild()
+}
+
+// f16Suffix, f16Doc and asOut name and round a rounding kernel's output
+// for its kind: F32, or U16 holding f16 bits.
+func f16Suffix(out k.Kind) string {
+	if out == k.U16 {
+		return "F16"
+	}
+	return ""
+}
+
+func f16Doc(out k.Kind) string {
+	if out == k.U16 {
+		return ", rounded to f16"
+	}
+	return ""
+}
+
+func asOut(v k.Expr, out k.Kind) k.Expr {
+	if out == k.U16 {
+		return v.F32ToF16()
+	}
+	return v
 }
 
 // quantQ8_0 quantizes a block of 32 as the CPU matmul quantizes an
@@ -82,16 +110,19 @@ func quantQ8_0(b *k.Builder, at func(j any) k.Expr) (q func(j k.Expr) k.Expr, d 
 // values quantized as ggml's quantize_row_q8_K (iscale = -127/max with max
 // the value of largest magnitude, first such; q = min(127,
 // nearest_int(iscale·v)); d = 1/iscale) and decoded, q·d, into y.
-func QuantRoundQ8_K() *k.Kernel {
-	b := k.New("QuantRoundQ8_K")
-	b.Doc("sets y to x quantized to Q8_K blocks and decoded.")
-	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.F32)
+func QuantRoundQ8_K() *k.Kernel { return QuantRoundQ8_KTo(k.F32) }
+
+// QuantRoundQ8_KTo is QuantRoundQ8_K into y of kind out (QuantRoundQ8_0To).
+func QuantRoundQ8_KTo(out k.Kind) *k.Kernel {
+	b := k.New("QuantRoundQ8_K" + f16Suffix(out))
+	b.Doc("sets y to x quantized to Q8_K blocks and decoded" + f16Doc(out) + ".")
+	x, y := b.Buffer("x", k.F32), b.Buffer("y", out)
 	b.ParallelFor("blk", 0, y.Len().Div(256), func(i k.Expr) {
 		xb := b.View("xb", x, i.Mul(256), 256)
 		yb := b.View("yb", y, i.Mul(256), 256)
 		q, is, zero := quantQ8_K(b, xb.At)
 		d := b.Let("d", k.F(1).Div(is))
-		b.For("j", 0, 256, func(j k.Expr) { b.Store(yb, j, k.Select(zero, k.F(0), q(j).Mul(d))) })
+		b.For("j", 0, 256, func(j k.Expr) { b.Store(yb, j, asOut(k.Select(zero, k.F(0), q(j).Mul(d)), out)) })
 	})
 	return b.MustBuild()
 }

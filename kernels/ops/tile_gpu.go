@@ -82,3 +82,31 @@ func MatMulTileShape(tm, tn int) *k.Kernel {
 	})
 	return b.MustBuild()
 }
+
+// MatMulBlock is MatMulTile's product (same arguments and result, within
+// rounding) with a CTA per sh.Rows()×sh.Cols() block of y, its operands
+// staged through shared memory (kernel.BlockMatMul); x is of kind xk: F32,
+// or U16 holding f16 bits (kernel name suffix F16: staged as they are,
+// half the bytes). Neighbouring CTAs share a block of wh's rows, so a
+// matrix is read from memory about once while the activations, a few MiB,
+// stay in L2.
+func MatMulBlock(sh k.BlockShape, xk k.Kind) *k.Kernel {
+	b := k.New(fmt.Sprintf("MatMulBlock%dx%dw%dx%d%s", sh.Rows(), sh.Cols(), sh.WM, sh.WN, f16Suffix(xk)))
+	b.Doc(fmt.Sprintf("sets y[r*n+o] to row o of the f16 matrix wh dotted with row r of x, on the tensor cores, a CTA per %dx%d block (%v).", sh.Rows(), sh.Cols(), sh))
+	x, wh, y := b.Buffer("x", xk), b.Buffer("wh", k.U16), b.Buffer("y", k.F32)
+	cols := b.Scalar("cols", k.Int)
+	rows := b.Let("rows", x.Len().Div(cols))
+	n := b.Let("n", y.Len().Div(rows))
+	mt := b.Let("mt", rows.Add(sh.Rows()-1).Div(sh.Rows()))
+	nt := b.Let("nt", n.Add(sh.Cols()-1).Div(sh.Cols()))
+	b.ParallelFor("t", 0, mt.Mul(nt), func(t k.Expr) {
+		r0 := b.Let("r0", t.Rem(mt).Mul(sh.Rows()))
+		o0 := b.Let("o0", t.Div(mt).Mul(sh.Cols()))
+		b.BlockMatMul(sh,
+			k.TileOperand{Buf: x, Off: r0.Mul(cols), Stride: cols, Rows: rows.Sub(r0)},
+			k.TileOperand{Buf: wh, Off: o0.Mul(cols), Stride: cols, Rows: n.Sub(o0)},
+			cols,
+			k.TileOperand{Buf: y, Off: r0.Mul(n).Add(o0), Stride: n, Rows: rows.Sub(r0)}, n.Sub(o0))
+	})
+	return b.MustBuild()
+}

@@ -38,13 +38,21 @@ func TestDequantF16(t *testing.T) {
 	}
 }
 
-// MatMulTile is the product of f16-rounded operands within f32 rounding,
-// on shapes that leave partial tiles both ways (rows and weight rows not
-// multiples of the warp tile).
+// MatMulTile and MatMulBlock are the product of f16-rounded operands
+// within f32 rounding, on shapes that leave partial tiles both ways (rows
+// and weight rows not multiples of the warp tile or CTA block).
 func TestMatMulTileMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
-	for _, c := range []struct{ rows, n, cols, tm, tn int }{
-		{3, 8, 32, ops.TileM, ops.TileN}, {70, 40, 96, ops.TileM, ops.TileN}, {64, 32, 256, ops.TileM, ops.TileN}, {70, 40, 96, 2, 4}, {33, 20, 64, 1, 2},
+	tile := ops.MatMulTile()
+	block := ops.MatMulBlock(k.BlockShape{WM: 2, WN: 2, M: 1, N: 2}, k.F32)
+	block16 := ops.MatMulBlock(k.BlockShape{WM: 2, WN: 2, M: 1, N: 2}, k.U16)
+	for _, c := range []struct {
+		rows, n, cols int
+		kern          *k.Kernel
+	}{
+		{3, 8, 32, tile}, {70, 40, 96, tile}, {64, 32, 256, tile}, {70, 40, 96, ops.MatMulTileShape(2, 4)}, {33, 20, 64, ops.MatMulTileShape(1, 2)},
+		{3, 8, 32, block}, {70, 40, 96, block}, {64, 32, 256, block}, {33, 20, 64, ops.MatMulBlock(k.BlockShape{WM: 1, WN: 2, M: 2, N: 4}, k.F32)},
+		{70, 40, 96, block16}, {33, 20, 64, ops.MatMulBlock(k.BlockShape{WM: 1, WN: 2, M: 2, N: 4}, k.U16)},
 	} {
 		x := opstest.Floats(c.rows*c.cols, 1, r)
 		wh := make([]uint16, c.n*c.cols)
@@ -55,8 +63,15 @@ func TestMatMulTileMatchesReference(t *testing.T) {
 		for i := range y {
 			y[i] = float32(math.NaN()) // every element must be stored
 		}
-		kern := ops.MatMulTileShape(c.tm, c.tn)
-		if err := k.Run(kern, x, wh, y, c.cols); err != nil {
+		var xin any = x
+		if c.kern.Params[0].Buf.Elem == k.U16 { // x given as f16 bits
+			xh := make([]uint16, len(x))
+			for i, v := range x {
+				xh[i] = quant.F32ToF16(v)
+			}
+			xin = xh
+		}
+		if err := k.Run(c.kern, xin, wh, y, c.cols); err != nil {
 			t.Fatal(err)
 		}
 		for row := range c.rows {
@@ -69,7 +84,7 @@ func TestMatMulTileMatchesReference(t *testing.T) {
 				}
 				got := float64(y[row*c.n+o])
 				if math.IsNaN(got) || math.Abs(got-want) > float64(1e-6*mag)+1e-30 {
-					t.Fatalf("%v: y[%d][%d] = %v, want %v (Σ|p| %v)", c, row, o, got, want, mag)
+					t.Fatalf("%s %dx%dx%d: y[%d][%d] = %v, want %v (Σ|p| %v)", c.kern.Name, c.rows, c.n, c.cols, row, o, got, want, mag)
 				}
 			}
 		}

@@ -68,8 +68,11 @@ func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *
 		block = lp.Group // a CTA-wide group is exactly one CTA
 	}
 	grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
+	if err := allowShared(fn, lp.Shared); err != nil {
+		t.Fatal(err)
+	}
 	return func() {
-		if err := fn.Launch(grid, blk, 0, s, args); err != nil {
+		if err := fn.Launch(grid, blk, uint32(lp.Shared), s, args); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -57,7 +57,7 @@ type plan struct {
 	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionTile's last block
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 
-	tiles         bool  // prefill products on the tensor cores (MatMulTile: sm_80 and later)
+	tiles         bool  // prefill products on the tensor cores (MatMulBlock: sm_80 and later)
 	f16Left       int64 // bytes left for resident f16 copies of prefill weights (f16Budget)
 	hidden        bool  // a stage graph ending in hidden rows (stage.go), not logits
 	input, pinput view  // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
@@ -167,6 +167,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 	}
 	freqAllocs := map[int]int{}
 	scratch := -1     // activations rounded to a matmul's partner type
+	scratch16 := -1   // the same rounded on to f16 for the tensor cores
 	scores := -1      // attention scores
 	parts := -1       // split attention's pieces
 	tileScratch := -1 // AttentionTile's warps' scratch
@@ -333,7 +334,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				}
 				cols := x.n / xr
 				var mm *kernel.Kernel // multiplies xr rows at once
-				tiled := false        // the product is planned (MatMulTile)
+				tiled := false        // the product is planned (MatMulBlock)
 				var dotIn []any       // an integer mat-vec's activation (MatVecDot*)
 				var k *kernel.Kernel
 				switch w.Type {
@@ -361,33 +362,42 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 						k = cached(dotMatVec("", w.Type, n.Cols))
 						break
 					}
+					// a prefill product on the tensor cores: the matrix
+					// decoded to f16 (once, or once a step), the activations
+					// rounded as the mat-vecs' (llama.cpp's MMQ does so too),
+					// then to f16 for MatMulBlock to stage as they are
+					onTiles := xr > 1 && p.tiles && cols%kernel.TileK == 0
+					out, suffix := kernel.F32, ""
+					if onTiles {
+						out, suffix = kernel.U16, "F16"
+					}
 					var rk *kernel.Kernel
 					switch quant.VecDotType(w.Type) {
 					case quant.Q8_0, quant.Q8_1:
-						rk = cached("QuantRoundQ8_0", func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_0()) })
+						rk = cached("QuantRoundQ8_0"+suffix, func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_0To(out)) })
 					case quant.Q8_K:
-						rk = cached("QuantRoundQ8_K", func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_K()) })
+						rk = cached("QuantRoundQ8_K"+suffix, func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_KTo(out)) })
 					default:
 						return view{}, fmt.Errorf("node %d (matmul): no activation rounding for %s", i, w.Type)
 					}
-					if scratch < 0 {
-						scratch = p.add(alloc{name: "quantized activations", kind: kernel.F32})
+					sc, scName := &scratch, "quantized activations"
+					if onTiles {
+						sc, scName = &scratch16, "quantized activations (f16)"
 					}
-					p.allocs[scratch].n = max(p.allocs[scratch].n, x.n)
-					sx := view{scratch, 0, x.n}
+					if *sc < 0 {
+						*sc = p.add(alloc{name: scName, kind: out})
+					}
+					p.allocs[*sc].n = max(p.allocs[*sc].n, x.n)
+					sx := view{*sc, 0, x.n}
 					// q, k and v (gate and up) read one activation: round it once,
 					// while no node has written its slot since (only roundings
-					// write the scratch)
+					// write the scratches)
 					if last.rk != rk || last.x != x {
 						p.call(i, rk, x, sx)
 					}
 					last.rk, last.x = rk, x
 					x = sx
-					if xr > 1 && p.tiles && cols%kernel.TileK == 0 {
-						// a prefill product on the tensor cores: the matrix
-						// decoded to f16 once a step, the activations rounded
-						// as the mat-vecs' (llama.cpp's MMQ does so too), then
-						// to f16 as MatMulTile loads them
+					if onTiles {
 						nw := n.Cols * cols
 						dequant := cached("DequantF16"+d.Name, func() *kernel.Kernel { return ops.DequantF16(d) })
 						var wh view
@@ -406,7 +416,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 							wh = view{wf16, 0, nw}
 							p.call(i, dequant, whole(raw(n.Weight), p), wh)
 						}
-						p.call(i, cached("MatMulTile", ops.MatMulTile), x, wh, y, cols)
+						sh := prefillBlock(xr, n.Cols)
+						mb := ops.MatMulBlock(sh, kernel.U16)
+						p.call(i, cached(mb.Name, func() *kernel.Kernel { return mb }), x, wh, y, cols)
 						tiled = true
 						break
 					}
@@ -706,6 +718,27 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 		return nil, err
 	}
 	return cached(k.Name, func() *kernel.Kernel { return k }), nil
+}
+
+// prefillBlocks are the prefill products' CTA blocks, largest first:
+// 128×128 (four warps of 64×64), 64×128 (four of 32×64), 64×64 (four of
+// 32×32).
+var prefillBlocks = []kernel.BlockShape{{WM: 2, WN: 2, M: 4, N: 8}, {WM: 2, WN: 2, M: 2, N: 8}, {WM: 2, WN: 2, M: 2, N: 4}}
+
+// fillCTAs is the CTAs a product should have to fill the device: the
+// H200's 132 SMs, where the rule below was measured.
+const fillCTAs = 132
+
+// prefillBlock is the CTA block of a product of rows activation rows and
+// n weight rows: the largest of prefillBlocks that still gives every SM a
+// CTA, else the smallest.
+func prefillBlock(rows, n int) kernel.BlockShape {
+	for _, sh := range prefillBlocks {
+		if (rows+sh.Rows()-1)/sh.Rows()*((n+sh.Cols()-1)/sh.Cols()) >= fillCTAs {
+			return sh
+		}
+	}
+	return prefillBlocks[len(prefillBlocks)-1]
 }
 
 // dotShape is the shape of an integer decode mat-vec of store form form

@@ -218,7 +218,7 @@ type forwarder interface {
 // order of f32 (and f64) rounding, ~1e-6 relative, attention
 // (AttentionSplit) keeps its accumulator in f32 where the CPU rounds it to
 // f16 at every position, ~1e-3 relative, and prefill products of quantized
-// matrices (MatMulTile) round the decoded weights to f16, ~2e-4 relative.
+// matrices (MatMulBlock) round the decoded weights to f16, ~2e-4 relative.
 // Either still flips an f16 KV value now and then (runtime/exec's own
 // batch and token-by-token runs differ by ~2e-3 for it), so the float
 // models get 2e-2 (measured up to 1.31e-2 over 32 tokens with
@@ -339,7 +339,7 @@ func TestResidentF16PlanMatchesCPU(t *testing.T) {
 		}
 		return n
 	}
-	tiled := count(shared.prefill, "MatMulTile")
+	tiled := count(shared.prefill, "MatMulBlock")
 	if tiled == 0 || count(shared.prefill, "DequantF16") != tiled || len(shared.setup) != 0 {
 		t.Fatalf("no budget: %d tiled products, %d decodes a step, %d setup launches", tiled, count(shared.prefill, "DequantF16"), len(shared.setup))
 	}

@@ -48,6 +48,7 @@ type Runner struct {
 type call struct {
 	fn          *cuda.Function
 	grid, block cuda.Dim3
+	shared      uint32 // dynamic shared memory bytes (ptx.Launch.Shared)
 	args        *cuda.Args
 }
 
@@ -272,9 +273,21 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 			block = lp.Group
 		}
 		grid := (max(n, 1) + block - 1) / block
-		calls = append(calls, call{fns[l.k], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, a})
+		if err := allowShared(fns[l.k], lp.Shared); err != nil {
+			return nil, err
+		}
+		calls = append(calls, call{fns[l.k], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, uint32(lp.Shared), a})
 	}
 	return calls, nil
+}
+
+// allowShared lets fn launch with n bytes of dynamic shared memory: past
+// the 48 KiB every function may use, only once allowed.
+func allowShared(fn *cuda.Function, n int) error {
+	if n <= 48<<10 {
+		return nil
+	}
+	return fn.SetMaxDynamicShared(n)
 }
 
 // Close frees the runner's device memory, module, graph and stream.
@@ -419,7 +432,7 @@ func (r *Runner) finish(v view, out []float32, keep bool) error {
 		if c == nil {
 			return fmt.Errorf("no device argmax for this step")
 		}
-		if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+		if err := c.fn.Launch(c.grid, c.block, c.shared, r.s, c.args); err != nil {
 			return err
 		}
 		b := unsafe.Slice((*byte)(unsafe.Pointer(&r.hostTok[0])), 4)
@@ -490,7 +503,7 @@ func (r *Runner) launchAll() error { return launchCalls(r.calls, r.s) }
 func launchCalls(cs []call, s *cuda.Stream) error {
 	for i := range cs {
 		c := &cs[i]
-		if err := c.fn.Launch(c.grid, c.block, 0, s, c.args); err != nil {
+		if err := c.fn.Launch(c.grid, c.block, c.shared, s, c.args); err != nil {
 			return err
 		}
 	}

@@ -90,6 +90,7 @@ type fn struct {
 	lane  string
 	mask  string
 	red   string
+	smem  bool // the block products' stages are used (block.go)
 
 	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
 	// and the words of the 16-byte chunks loaded in this straight-line
@@ -234,6 +235,10 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		mode = fmt.Sprintf("threads 0..%d of CTA 0 cooperate (launch at least %d threads)", f.width-1, f.width)
 	}
 	fmt.Fprintf(&b, "// launch: %s\n", mode)
+	if f.smem {
+		// a module-scope name for the CTA's dynamic shared memory
+		fmt.Fprintf(&b, "// dynamic shared memory: %d bytes a CTA\n.extern .shared .align 16 .b8 %s[];\n", blockShared(lk.Body), f.smemName())
+	}
 	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n{\n", lk.Name, strings.Join(params, ",\n\t"))
 	if f.red != "" {
 		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, 8*f.width/32)
@@ -324,6 +329,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		}
 	case kernel.STile, kernel.STileMMA, kernel.STileStore:
 		f.tileStmt(s)
+	case kernel.SBlockMatMul:
+		f.blockStmt(s)
 	default:
 		f.fail("statement op %d unsupported", s.Op)
 	}

@@ -56,20 +56,11 @@ func gridLoop(body []*kernel.Stmt) *kernel.Stmt {
 		return nil
 	}
 	for _, s := range body {
-		if s != g && stores([]*kernel.Stmt{s}) {
+		if s != g && kernel.Stores([]*kernel.Stmt{s}) {
 			return nil
 		}
 	}
 	return g
-}
-
-func stores(ss []*kernel.Stmt) bool {
-	for _, s := range ss {
-		if s.Op == kernel.SStore || s.Op == kernel.STileStore || stores(s.Body) {
-			return true
-		}
-	}
-	return false
 }
 
 // Launch says how a rendered entry spreads its work.
@@ -82,6 +73,10 @@ type Launch struct {
 	// must be a multiple of it (of 32 too where it is over 32, and exactly
 	// it then). Without a grid loop, threads 0..Group-1 of CTA 0 work.
 	Group int
+	// Shared is the dynamic shared memory a CTA needs, in bytes (block
+	// products' stages): the launch passes it, and a function over 48 KiB
+	// must first be allowed it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+	Shared int
 }
 
 // Plan is the launch of k rendered for t.
@@ -90,7 +85,7 @@ func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 	if err != nil {
 		return Launch{}, err
 	}
-	l := Launch{Group: width(lk.Body)}
+	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body)}
 	if g != nil {
 		l.Loop = g.Var.Name
 	}

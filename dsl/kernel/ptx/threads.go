@@ -25,6 +25,7 @@ func width(body []*kernel.Stmt) int {
 		}
 	}
 	walk(body)
+	w = max(w, kernel.BlockThreads(body)) // a CTA runs a block product
 	if kernel.HasTiles(body) {
 		w = max(w, 32) // a warp runs a tile's mma
 	}

@@ -1,0 +1,68 @@
+package ptx_test
+
+import (
+	"strings"
+	"testing"
+
+	k "github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+)
+
+// blockKernel is a CTA-per-block product with operands of kind ak.
+func blockKernel(sh k.BlockShape, ak k.Kind) *k.Kernel {
+	b := k.New("blk")
+	x, w, y := b.Buffer("x", ak), b.Buffer("w", k.U16), b.Buffer("y", k.F32)
+	b.ParallelFor("t", 0, 4, func(t k.Expr) {
+		b.BlockMatMul(sh, k.TileOperand{Buf: x, Off: t.Mul(64), Stride: k.I(64), Rows: k.I(300)},
+			k.TileOperand{Buf: w, Off: k.I(0), Stride: k.I(64), Rows: k.I(200)}, k.I(64),
+			k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(200), Rows: k.I(300)}, k.I(200))
+	})
+	return b.MustBuild()
+}
+
+// A block product renders as a cp.async pipeline feeding ldmatrix and
+// mma.sync, a CTA per grid iteration with its stages in dynamic shared
+// memory; f32 activations go through registers instead; before sm_80 it
+// is refused.
+func TestBlockRenders(t *testing.T) {
+	sh := k.BlockShape{WM: 2, WN: 2, M: 2, N: 4} // 64×64, 128 threads
+	kern := blockKernel(sh, k.U16)
+	src, err := ptx.Render(kern, ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ptx.Plan(kern, ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// stages of (64+64) rows of 80 bytes: 4 fit 96 KiB
+	if l.Group != 128 || l.Shared != 4*128*80 {
+		t.Errorf("launch %+v, want a CTA of 128 with %d bytes of shared memory", l, 4*128*80)
+	}
+	// each thread copies (64+64)·4/128 = 4 chunks a stage: 3 prologue
+	// stages and the loop's; a k step loads M + N/2 fragments, two steps a
+	// stage; M·N mma a step
+	for ins, want := range map[string]int{
+		"cp.async.cg.shared.global": 4 * 4, "ldmatrix.sync.aligned.m8n8.x4.shared.b16": 2 * (2 + 2),
+		"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": 2 * 8, "cp.async.wait_group 2": 1,
+		"bar.sync 0": 3, "st.global.f32": 2 * 2 * 4 * 2, ".extern .shared .align 16 .b8": 1, "ld.global": 0,
+	} {
+		if got := strings.Count(src, ins); got != want {
+			t.Errorf("%s: %d, want %d", ins, got, want)
+		}
+	}
+	src32, err := ptx.Render(blockKernel(sh, k.F32), ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x's 2 chunks a stage through registers (two 16-byte loads each,
+	// prologue and loop), w's with cp.async
+	for ins, want := range map[string]int{"ld.global.v4.f32": 2 * 2 * 4, "st.shared.v4.b32": 2 * 4, "cp.async.cg.shared.global": 2 * 4} {
+		if got := strings.Count(src32, ins); got != want {
+			t.Errorf("f32 x: %s: %d, want %d", ins, got, want)
+		}
+	}
+	if _, err := ptx.Render(kern, ptx.Target{SM: 75}); err == nil || !strings.Contains(err.Error(), "sm_80") {
+		t.Errorf("sm_75: %v", err)
+	}
+}
