@@ -71,15 +71,27 @@ func (b *Builder) BlockMatMul(sh BlockShape, a, c TileOperand, kn Expr, y TileOp
 	}
 }
 
-// BlockThreads is the CTA of k's block products (0 when it has none).
+// BlockThreads is the CTA of the block statements in ss (block products
+// and attentions; 0 when there are none).
 func BlockThreads(ss []*Stmt) int {
 	for _, s := range ss {
-		if s.Op == SBlockMatMul {
-			return s.Block.Threads()
+		if w := blockWidth(s); w != 0 {
+			return w
 		}
 		if w := BlockThreads(s.Body); w != 0 {
 			return w
 		}
+	}
+	return 0
+}
+
+// blockWidth is the CTA block statement s runs on, 0 for other statements.
+func blockWidth(s *Stmt) int {
+	switch s.Op {
+	case SBlockMatMul:
+		return s.Block.Threads()
+	case SBlockAttention:
+		return s.Attn.Threads()
 	}
 	return 0
 }

@@ -73,19 +73,20 @@ func (b *Buf) load(k Kind, ix any) Expr {
 type StmtOp uint8
 
 const (
-	SLet         StmtOp = iota // Var := Value
-	SAcc                       // declare accumulator Var = Value
-	SFold                      // Var = Var <Var.Fold> Value
-	SStore                     // Buf[Index] = Value
-	SView                      // Buf is Buf.Parent[Index : Index+Buf.Size]
-	SFor                       // for Var := Lo; Var < Hi; Var += Step { Body }
-	SBlock                     // Body in its own scope (what unrolling makes)
-	SBarrier                   // work-group barrier; serial targets need nothing
-	SSet                       // Var = Value: an accumulator update a schedule wrote out (a fused multiply-add)
-	STile                      // declare Tile, all zero (tile.go)
-	STileMMA                   // Tile += Buf's rows times Buf2's rows, Args their offsets, strides and row counts
-	STileStore                 // Buf[…] = Tile within Args' bounds
-	SBlockMatMul               // Out[…] = Buf's rows times Buf2's rows, a CTA's product (block.go)
+	SLet            StmtOp = iota // Var := Value
+	SAcc                          // declare accumulator Var = Value
+	SFold                         // Var = Var <Var.Fold> Value
+	SStore                        // Buf[Index] = Value
+	SView                         // Buf is Buf.Parent[Index : Index+Buf.Size]
+	SFor                          // for Var := Lo; Var < Hi; Var += Step { Body }
+	SBlock                        // Body in its own scope (what unrolling makes)
+	SBarrier                      // work-group barrier; serial targets need nothing
+	SSet                          // Var = Value: an accumulator update a schedule wrote out (a fused multiply-add)
+	STile                         // declare Tile, all zero (tile.go)
+	STileMMA                      // Tile += Buf's rows times Buf2's rows, Args their offsets, strides and row counts
+	STileStore                    // Buf[…] = Tile within Args' bounds
+	SBlockMatMul                  // Out[…] = Buf's rows times Buf2's rows, a CTA's product (block.go)
+	SBlockAttention               // Out[…] = attention of Buf's rows over Buf2's keys and Buf3's values (attention.go)
 )
 
 // LoopKind says whether a loop's iterations may run at once.
@@ -124,8 +125,11 @@ type Stmt struct {
 	Tile *Tile
 	Buf2 *Buf
 	Args []Expr
-	// the block product's shape and output (block.go)
+	// the block statements' shapes, third operand and output (block.go,
+	// attention.go)
 	Block *BlockShape
+	Attn  *AttnShape
+	Buf3  *Buf
 	Out   *Buf
 
 	fixed bool // a loop an Order lowered (its step is its lane count): Split and Unroll leave it

@@ -167,6 +167,8 @@ func (m *machine) stmt(s *Stmt) {
 		m.tile(s)
 	case SBlockMatMul:
 		m.blockMatMul(s)
+	case SBlockAttention:
+		m.blockAttention(s)
 	default:
 		fail("statement %d", s.Op)
 	}

@@ -55,13 +55,12 @@ func checkThreads(body []*Stmt) error {
 	var walk func(ss []*Stmt, in *Stmt) error
 	walk = func(ss []*Stmt, in *Stmt) error {
 		for _, s := range ss {
-			if s.Op == SBlockMatMul {
-				bw := s.Block.Threads()
+			if bw := blockWidth(s); bw != 0 {
 				switch {
 				case in != nil:
-					return fmt.Errorf("block product inside loop %s, which has Threads", in.Var.Name)
+					return fmt.Errorf("block statement inside loop %s, which has Threads", in.Var.Name)
 				case w != 0 && bw != w:
-					return fmt.Errorf("block product of %d threads where a loop has %d (one width a kernel)", bw, w)
+					return fmt.Errorf("block statement of %d threads where another has %d (one width a kernel)", bw, w)
 				}
 				w = bw
 				continue
@@ -150,7 +149,7 @@ func ThreadAccs(l *Stmt) []*Var {
 // Stores reports whether ss store anywhere.
 func Stores(ss []*Stmt) bool {
 	for _, s := range ss {
-		if s.Op == SStore || s.Op == STileStore || s.Op == SBlockMatMul || Stores(s.Body) {
+		if s.Op == SStore || s.Op == STileStore || s.Op == SBlockMatMul || s.Op == SBlockAttention || Stores(s.Body) {
 			return true
 		}
 	}

@@ -146,3 +146,42 @@ func TestBlockBuildErrors(t *testing.T) {
 		}
 	}
 }
+
+// A block attention is refused in shapes no target renders, with caches
+// not f16, an Int scale, or outside the ParallelFor.
+func TestBlockAttentionBuildErrors(t *testing.T) {
+	attn := func(sh k.AttnShape, ck k.Kind, scale k.Expr, inside bool) func(b *k.Builder) {
+		return func(b *k.Builder) {
+			q, kc, vc, y := b.Buffer("q", k.F32), b.Buffer("kc", ck), b.Buffer("vc", k.U16), b.Buffer("y", k.F32)
+			st := func() {
+				b.BlockAttention(sh, k.TileOperand{Buf: q, Off: k.I(0), Stride: k.I(64), Rows: k.I(1)},
+					k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(64)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(64)},
+					k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(64)}, k.I(1), scale)
+			}
+			if inside {
+				b.ParallelFor("c", 0, 1, func(k.Expr) { st() })
+			} else {
+				st()
+			}
+		}
+	}
+	good := k.AttnShape{Warps: 4, HD: 64}
+	ok := k.New("ok")
+	attn(good, k.U16, k.F(0.125), true)(ok)
+	if _, err := ok.Build(); err != nil {
+		t.Fatalf("a good block attention: %v", err)
+	}
+	for name, build := range map[string]func(*k.Builder){
+		"outside the ParallelFor": attn(good, k.U16, k.F(0.125), false),
+		"nine warps":              attn(k.AttnShape{Warps: 9, HD: 64}, k.U16, k.F(0.125), true),
+		"a head width of 40":      attn(k.AttnShape{Warps: 4, HD: 40}, k.U16, k.F(0.125), true),
+		"f32 keys":                attn(good, k.F32, k.F(0.125), true),
+		"an Int scale":            attn(good, k.U16, k.I(1), true),
+	} {
+		b := k.New("bad")
+		build(b)
+		if _, err := b.Build(); err == nil {
+			t.Errorf("%s: built", name)
+		}
+	}
+}

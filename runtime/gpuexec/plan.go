@@ -54,7 +54,7 @@ type plan struct {
 	vocab    int
 	context  int
 	rows     int // prefill rows (1: no prefill plan)
-	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionTile's last block
+	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionBlock's last block
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 
 	tiles         bool  // prefill products on the tensor cores (MatMulBlock: sm_80 and later)
@@ -131,7 +131,7 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64) (*plan, error) {
 	g := m.Graph
 	rows = max(rows, 1)
-	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1 + ops.AttnTileBlock - 1, tiles: tiles, f16Left: f16Budget}
+	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1 + kernel.AttnBlock - 1, tiles: tiles, f16Left: f16Budget}
 	resident16 := map[int]int{} // weight index -> its resident f16 copy
 	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2 + rows})
 	id, ok := g.Outputs["logits"]
@@ -170,7 +170,6 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 	scratch16 := -1   // the same rounded on to f16 for the tensor cores
 	scores := -1      // attention scores
 	parts := -1       // split attention's pieces
-	tileScratch := -1 // AttentionTile's warps' scratch
 	wf16 := -1        // a prefill product's weights decoded to f16
 	q8, q8d := -1, -1 // the decode activation's quants and scales (MatVecDot*)
 	kvs := map[int][2]int{}
@@ -593,17 +592,13 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
 				}
 				group := a.Heads / a.KVHeads
-				if p.tiles && rows > 1 && ops.AttnTileWidth(a.HeadDim) {
-					// prefill steps on the tensor cores: a 512-row step of
-					// the 1B attended in 1.6 ms a layer by AttentionSplit
-					if tileScratch < 0 {
-						tileScratch = p.add(alloc{name: "attention tiles", kind: kernel.F32})
-					}
-					nt := (rows + ops.AttnTileRows - 1) / ops.AttnTileRows * a.Heads * ops.AttnTileScratch(a.HeadDim)
-					p.allocs[tileScratch].n = max(p.allocs[tileScratch].n, nt)
+				if p.tiles && rows > 1 && ops.AttnBlockWidth(a.HeadDim) {
+					// prefill steps on the tensor cores, flash attention a
+					// CTA per 64 rows of a head: a 512-row step of the 1B
+					// attended in 1.6 ms a layer by AttentionSplit
 					hd := a.HeadDim
-					k := cached(fmt.Sprintf("attentionTile%d", hd), func() *kernel.Kernel { return ops.AttentionTile(hd) })
-					p.call(i, k, in(0), whole(kc, p), whole(vc, p), view{tileScratch, 0, nt}, stepAll(p), out[i], a.Heads, group, dim, a.Scale)
+					k := cached(fmt.Sprintf("AttentionBlockD%d", hd), func() *kernel.Kernel { return ops.AttentionBlock(hd) })
+					p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
 					break
 				}
 				if scores < 0 { // one pair's scores a head, shared by every layer's attention

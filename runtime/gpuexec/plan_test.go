@@ -442,7 +442,7 @@ func TestKernelsRender(t *testing.T) {
 		}
 		grid, tiled := 0, ""
 		for _, k := range ks {
-			if strings.HasPrefix(k.Name, "AttentionTile") {
+			if strings.HasPrefix(k.Name, "AttentionBlock") {
 				tiled = ", prefill attention " + k.Name
 			}
 			l, err := ptx.Plan(k, ptx.Target{SM: 90})

@@ -36,7 +36,7 @@ func profileCalls(t *testing.T, r *Runner, what string, calls []call, launches [
 		}
 		start := time.Now()
 		for j := 0; j < reps; j++ {
-			if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+			if err := c.launch(r.s); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -99,7 +99,7 @@ func TestGPUKernelTimes(t *testing.T) {
 	c := &r.calls[small]
 	tiny, err := r.s.Capture(func() error {
 		for range r.calls {
-			if err := c.fn.Launch(c.grid, c.block, 0, r.s, c.args); err != nil {
+			if err := c.launch(r.s); err != nil {
 				return err
 			}
 		}

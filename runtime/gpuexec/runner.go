@@ -281,6 +281,11 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 	return calls, nil
 }
 
+// launch enqueues c on s.
+func (c *call) launch(s *cuda.Stream) error {
+	return c.fn.Launch(c.grid, c.block, c.shared, s, c.args)
+}
+
 // allowShared lets fn launch with n bytes of dynamic shared memory: past
 // the 48 KiB every function may use, only once allowed.
 func allowShared(fn *cuda.Function, n int) error {
@@ -432,7 +437,7 @@ func (r *Runner) finish(v view, out []float32, keep bool) error {
 		if c == nil {
 			return fmt.Errorf("no device argmax for this step")
 		}
-		if err := c.fn.Launch(c.grid, c.block, c.shared, r.s, c.args); err != nil {
+		if err := c.launch(r.s); err != nil {
 			return err
 		}
 		b := unsafe.Slice((*byte)(unsafe.Pointer(&r.hostTok[0])), 4)
@@ -503,7 +508,7 @@ func (r *Runner) launchAll() error { return launchCalls(r.calls, r.s) }
 func launchCalls(cs []call, s *cuda.Stream) error {
 	for i := range cs {
 		c := &cs[i]
-		if err := c.fn.Launch(c.grid, c.block, c.shared, s, c.args); err != nil {
+		if err := c.launch(s); err != nil {
 			return err
 		}
 	}

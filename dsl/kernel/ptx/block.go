@@ -38,15 +38,18 @@ func stageBytes(sh kernel.BlockShape) int { return (sh.Rows() + sh.Cols()) * sta
 // blockStages is how many stages of sh fit the budget.
 func blockStages(sh kernel.BlockShape) int { return min(maxStages, stageBudget/stageBytes(sh)) }
 
-// blockShared is the dynamic shared memory of a kernel's block products
+// blockShared is the dynamic shared memory of a kernel's block statements
 // (their stages), 0 without.
 func blockShared(body []*kernel.Stmt) int {
 	n := 0
 	var walk func([]*kernel.Stmt)
 	walk = func(ss []*kernel.Stmt) {
 		for _, s := range ss {
-			if s.Op == kernel.SBlockMatMul {
+			switch s.Op {
+			case kernel.SBlockMatMul:
 				n = max(n, blockStages(*s.Block)*stageBytes(*s.Block))
+			case kernel.SBlockAttention:
+				n = max(n, attnShared(*s.Attn))
 			}
 			walk(s.Body)
 		}

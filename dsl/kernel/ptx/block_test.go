@@ -66,3 +66,44 @@ func TestBlockRenders(t *testing.T) {
 		t.Errorf("sm_75: %v", err)
 	}
 }
+
+// A block attention renders as flash attention: cp.async copies of each
+// cache block, ldmatrix for the keys, ldmatrix.trans for the values, the
+// softmax in ex2 with the rows' maxima and sums over quads, a CTA per grid
+// iteration with two stages of both caches in dynamic shared memory.
+func TestBlockAttentionRenders(t *testing.T) {
+	const hd = 64
+	b := k.New("attn")
+	q, kc, vc, y := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16), b.Buffer("y", k.F32)
+	b.ParallelFor("c", 0, 4, func(c k.Expr) {
+		b.BlockAttention(k.AttnShape{Warps: 4, HD: hd},
+			k.TileOperand{Buf: q, Off: c.Mul(64 * hd), Stride: k.I(hd), Rows: k.I(64)},
+			k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(hd)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(hd)},
+			k.TileOperand{Buf: y, Off: c.Mul(64 * hd), Stride: k.I(hd)}, c.Mul(64).Add(1), k.F(0.125))
+	})
+	kern := b.MustBuild()
+	src, err := ptx.Render(kern, ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ptx.Plan(kern, ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * 2 * k.AttnBlock * (2*hd + 16); l.Group != 128 || l.Shared != want {
+		t.Errorf("launch %+v, want a CTA of 128 with %d bytes of shared memory", l, want)
+	}
+	// scores: hd/16 k steps × 4 fragment loads, 2 mma each; values: 4 k
+	// steps × hd/16 loads, 2 mma each; 2 rescales and 32 weights a lane;
+	// quads' maxima and sums for 2 rows; 64 rows × 8 chunks of each cache
+	// over 128 threads, prologue and loop
+	for ins, want := range map[string]int{
+		"ldmatrix.sync.aligned.m8n8.x4.shared.b16": hd / 16 * 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16": 4 * hd / 16,
+		"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": 2*hd/16*4 + 2*4*hd/16, "ex2.approx.ftz.f32": 2 + 32,
+		"shfl.sync.bfly.b32": 8, "cp.async.cg.shared.global": 2 * 2 * 4, "st.global.v2.f32": 2 * hd / 8,
+	} {
+		if got := strings.Count(src, ins); got != want {
+			t.Errorf("%s: %d, want %d", ins, got, want)
+		}
+	}
+}

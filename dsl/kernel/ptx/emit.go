@@ -331,6 +331,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.tileStmt(s)
 	case kernel.SBlockMatMul:
 		f.blockStmt(s)
+	case kernel.SBlockAttention:
+		f.attnStmt(s)
 	default:
 		f.fail("statement op %d unsupported", s.Op)
 	}

@@ -1,0 +1,142 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+)
+
+// A block attention is a CTA's share of causal attention on the tensor
+// cores (flash attention): its warps take 16 query rows each of one head
+// and walk the key and value caches in blocks of AttnBlock positions that
+// the CTA stages through shared memory, keeping each row's scores, running
+// maximum, sum and output in registers. Arithmetic: the scores are f32
+// sums of products of f16-rounded operands (the query rounded, the caches
+// f16 already), scaled; the weights p = exp(s − max) are summed in f32
+// and rounded to f16 for their products with the values; the output is
+// the weighted values' f32 sum divided by the weights' sum. A target's
+// sums run in its own order and its exp may be an approximation, so like
+// the tiles' its results match the interpreter's within rounding.
+
+// AttnBlock is the cache positions a block attention takes at a time.
+const AttnBlock = 64
+
+// AttnShape is a block attention's warps (16 query rows each) and head
+// width (values a row of each operand).
+type AttnShape struct{ Warps, HD int }
+
+// Threads is the CTA: a warp a 16 rows.
+func (s AttnShape) Threads() int { return 32 * s.Warps }
+
+// Rows is the query rows a CTA takes.
+func (s AttnShape) Rows() int { return 16 * s.Warps }
+
+// check reports why s is no shape a target renders: 1 to 8 warps, head
+// widths a multiple of 16 up to 256, every thread copying whole 16-byte
+// chunks of each cache block.
+func (s AttnShape) check() error {
+	switch {
+	case s.Warps < 1 || s.Warps > 8:
+		return fmt.Errorf("%d warps (1 to 8)", s.Warps)
+	case s.HD < 16 || s.HD > 256 || s.HD%16 != 0:
+		return fmt.Errorf("head width %d (a multiple of 16 up to 256)", s.HD)
+	case s.Threads()%(s.HD/8) != 0 || AttnBlock*s.HD/8%s.Threads() != 0:
+		return fmt.Errorf("%d threads do not share a block's 8-value chunks of %d-wide rows evenly", s.Threads(), s.HD)
+	}
+	return nil
+}
+
+// BlockAttention sets, for each query row i < min(q.Rows, sh.Rows()),
+// y[y.Off + i·y.Stride + d] (d < sh.HD) to the row's attention over the
+// cache positions j < first + i: query row i is q's (rows past the last
+// read the last again), position j's key and value rows start at
+// kc.Off + j·kc.Stride and vc.Off + j·vc.Stride; scores are scaled by
+// scale. The caches are read in whole blocks of AttnBlock positions up to
+// the block holding the last row's last position: the positions past a
+// row's are weighted by zero, so they must hold finite values. q is F32
+// or U16 (f16 bits), the caches U16, y F32 with an even offset and stride;
+// kc's and vc's Rows are not used. It runs on a CTA of sh.Threads() (the
+// kernel's cooperative width), its stores ordered before any later access
+// of the CTA's other threads.
+func (b *Builder) BlockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, scale Expr) {
+	args := []Expr{q.Off, q.Stride, q.Rows, kc.Off, kc.Stride, vc.Off, vc.Stride, y.Off, y.Stride, first}
+	if err := sh.check(); err != nil {
+		b.fail("block attention: %v", err)
+		return
+	}
+	switch {
+	case !b.check("block attention", append(args, scale)...):
+	case b.par != 1:
+		b.fail("block attention: outside the kernel's ParallelFor")
+	case q.Step != nil || kc.Step != nil || vc.Step != nil || y.Step != nil:
+		b.fail("block attention: a Step (operands and output are contiguous rows)")
+	case !tileElem(q.Buf) || kc.Buf.Elem != U16 || vc.Buf.Elem != U16 || y.Buf.Elem != F32:
+		b.fail("block attention: q, caches and output of %s, %s, %s, %s (want F32 or U16, U16, U16, F32)", q.Buf.Elem, kc.Buf.Elem, vc.Buf.Elem, y.Buf.Elem)
+	case !allInt(args) || scale.Kind != F32:
+		b.fail("block attention: offsets, strides, rows and first must be Int, scale F32")
+	default:
+		b.emit(&Stmt{Op: SBlockAttention, Attn: &sh, Buf: q.Buf, Buf2: kc.Buf, Buf3: vc.Buf, Out: y.Buf, Args: append(args, scale)})
+	}
+}
+
+// blockAttention interprets a block attention.
+func (m *machine) blockAttention(s *Stmt) {
+	ev := make([]int, len(s.Args)-1)
+	for i, a := range s.Args[:len(ev)] {
+		ev[i] = int(m.eval(a).i)
+	}
+	scale := float32(m.eval(s.Args[len(ev)]).f)
+	sh := s.Attn
+	qOff, qStride, qRows, kOff, kStride, vOff, vStride, yOff, yStride, first := ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], ev[6], ev[7], ev[8], ev[9]
+	rows := min(qRows, sh.Rows())
+	if qRows < 1 || first < 1 {
+		fail("block attention: %d query rows, %d positions for the first", qRows, first)
+	}
+	if yOff%2 != 0 || yStride%2 != 0 {
+		fail("block attention: output offset %d and stride %d must be even", yOff, yStride)
+	}
+	// the whole blocks a target reads, bounds-checked as it would be
+	ends := (first + rows - 1 + AttnBlock - 1) / AttnBlock * AttnBlock
+	f16 := func(b *Buf, i int) float32 {
+		v := m.load(b, b.Elem, i)
+		if b.Elem == U16 {
+			return F16ToF32(uint16(v.i))
+		}
+		return F16ToF32(F32ToF16(float32(v.f)))
+	}
+	keys := make([]float32, ends*sh.HD)
+	vals := make([]float32, ends*sh.HD)
+	for j := range ends {
+		for d := range sh.HD {
+			keys[j*sh.HD+d] = f16(s.Buf2, kOff+j*kStride+d)
+			vals[j*sh.HD+d] = f16(s.Buf3, vOff+j*vStride+d)
+		}
+	}
+	sc := make([]float32, ends)
+	out := make([]float32, sh.HD)
+	for i := range rows {
+		qi := qOff + min(i, qRows-1)*qStride
+		n := first + i
+		mx := float32(math.Inf(-1))
+		for j := range n {
+			var sum float32
+			for d := range sh.HD {
+				sum += float32(f16(s.Buf, qi+d) * keys[j*sh.HD+d])
+			}
+			sc[j] = float32(sum * scale)
+			mx = max(mx, sc[j])
+		}
+		var l float32
+		clear(out)
+		for j := range n {
+			p := float32(math.Exp(float64(sc[j] - mx)))
+			l += p
+			ph := F16ToF32(F32ToF16(p))
+			for d := range sh.HD {
+				out[d] += float32(ph * vals[j*sh.HD+d])
+			}
+		}
+		for d := range sh.HD {
+			m.store(s.Out, yOff+i*yStride+d, val{f: float64(out[d] / l)})
+		}
+	}
+}

@@ -1,0 +1,345 @@
+package ptx
+
+import (
+	"strings"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// Block attentions (dsl/kernel/attention.go) as flash attention: the CTA
+// copies each block of AttnBlock key and value rows into shared memory
+// with cp.async (two stages: the next block's copies run under this one's
+// products), its rows padded to attnPitch bytes so that ldmatrix reads no
+// bank twice. A warp holds its 16 query rows as mma A fragments for the
+// whole walk; a block's scores are 8 mma tiles of 16×8 (K's fragments from
+// ldmatrix, like a block product's c), masked causally, scaled to base 2;
+// lane (g, t) holds rows g and g+8 of every tile, so a row's maximum and
+// sum are the lane's values combined over the quad (shfl.bfly 1, 2). The
+// weights, rounded to f16, are already the A fragments of the product
+// with V (tiles 2k and 2k+1 are k step k's a0 a1 and a2 a3), whose B
+// fragments come from ldmatrix.trans of V's row-major rows.
+
+// attnPitch is a staged cache row's bytes: hd f16 values and 16 of padding.
+func attnPitch(sh kernel.AttnShape) int { return 2*sh.HD + 16 }
+
+// attnShared is a block attention's dynamic shared memory: two stages of a
+// key and a value block.
+func attnShared(sh kernel.AttnShape) int { return 2 * 2 * kernel.AttnBlock * attnPitch(sh) }
+
+func (f *fn) attnStmt(s *kernel.Stmt) {
+	sh := *s.Attn
+	nt, hd, pitch := sh.Threads(), sh.HD, attnPitch(sh)
+	switch {
+	case f.sm < 80:
+		f.fail("block attention: cp.async and mma.m16n8k16 need sm_80 or later")
+		return
+	case f.width != nt || f.lane == "":
+		f.fail("block attention: outside a grid iteration of its CTA of %d", nt)
+		return
+	}
+	f.smem = true
+	blockBytes := kernel.AttnBlock * pitch
+	stage := 2 * blockBytes
+	args := make([]string, len(s.Args)-1)
+	for i, a := range s.Args[:len(args)] {
+		args[i] = f.r64(a)
+	}
+	scale := f.reg(cF32)
+	f.ins("mul.f32 %s, %s, 0f3FB8AA3B", scale, f.expr(s.Args[len(args)])) // log2 e
+	qb, kb, vb, yb := f.buf(s.Buf), f.buf(s.Buf2), f.buf(s.Buf3), f.buf(s.Out)
+	if qb == nil || kb == nil || vb == nil || yb == nil {
+		return
+	}
+	qOff, qStride, qRows, kOff, kStride, vOff, vStride, yOff, yStride, first := args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9]
+
+	tid, warp, l, g, t4 := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
+	f.ins("cvt.u32.u64 %s, %s", tid, f.lane)
+	f.ins("shr.u32 %s, %s, 5", warp, tid)
+	f.ins("and.b32 %s, %s, 31", l, tid)
+	f.ins("shr.u32 %s, %s, 2", g, l)
+	f.ins("and.b32 %s, %s, 3", t4, l)
+	// the lane's rows ra = 16·warp + g and rb = ra + 8; their query rows
+	// clamped to the last, their positions' bound first + row
+	rows := f.reg(c64)
+	f.ins("min.s64 %s, %s, %d", rows, qRows, sh.Rows())
+	ra := f.reg(c64)
+	w := f.reg(c32)
+	f.ins("mad.lo.u32 %s, %s, 16, %s", w, warp, g)
+	f.ins("cvt.u64.u32 %s, %s", ra, w)
+	rb := f.reg(c64)
+	f.ins("add.s64 %s, %s, 8", rb, ra)
+	limA, limB, first32 := f.reg(c32), f.reg(c32), f.reg(c32)
+	f.ins("cvt.u32.u64 %s, %s", first32, first)
+	f.ins("add.u32 %s, %s, %s", limA, first32, w)
+	f.ins("add.u32 %s, %s, 8", limB, limA)
+	// the query's A fragments: k step ks's a0 a1 a2 a3 are rows ra, rb at
+	// 16ks + 2t and rows ra, rb at 16ks + 8 + 2t
+	qa := make([][4]string, hd/16)
+	last := f.reg(c64)
+	f.ins("add.s64 %s, %s, -1", last, qRows)
+	var qrow [2]string
+	for h, r := range []string{ra, rb} {
+		row := f.reg(c64)
+		f.ins("min.s64 %s, %s, %s", row, r, last)
+		f.ins("mad.lo.s64 %s, %s, %s, %s", row, row, qStride, qOff)
+		t := f.reg(c64)
+		f.ins("cvt.u64.u32 %s, %s", t, t4)
+		f.ins("shl.b64 %s, %s, 1", t, t)
+		f.ins("add.s64 %s, %s, %s", row, row, t)
+		f.ins("shl.b64 %s, %s, %d", row, row, log2(s.Buf.Elem.Bytes()))
+		qrow[h] = f.reg(c64)
+		f.ins("add.s64 %s, %s, %s", qrow[h], qb.addr, row)
+	}
+	eb := s.Buf.Elem.Bytes()
+	for ks := range qa {
+		for i := range qa[ks] {
+			qa[ks][i] = f.reg(c32)
+			off := (16*ks + 8*(i/2)) * eb
+			if s.Buf.Elem == kernel.U16 {
+				f.ins("ld.global.b32 %s, [%s+%d]", qa[ks][i], qrow[i%2], off)
+				continue
+			}
+			x0, x1 := f.reg(cF32), f.reg(cF32)
+			f.ins("ld.global.v2.f32 {%s, %s}, [%s+%d]", x0, x1, qrow[i%2], off)
+			f.ins("cvt.rn.f16x2.f32 %s, %s, %s", qa[ks][i], x1, x0)
+		}
+	}
+	// the blocks: up to the one holding the last row's last position
+	nb := f.reg(c32)
+	f.ins("cvt.u32.u64 %s, %s", nb, rows)
+	f.ins("add.u32 %s, %s, %s", nb, nb, first32)
+	f.ins("add.u32 %s, %s, %d", nb, nb, kernel.AttnBlock-2)
+	f.ins("shr.u32 %s, %s, %d", nb, nb, log2(kernel.AttnBlock))
+
+	// copies: thread tid takes chunk tid%cpr of rows tid/cpr + pass·(T/cpr)
+	cpr := hd / 8
+	pass := nt / cpr
+	crow, cpart := f.reg(c32), f.reg(c32)
+	f.ins("shr.u32 %s, %s, %d", crow, tid, log2(cpr))
+	f.ins("and.b32 %s, %s, %d", cpart, tid, cpr-1)
+	laneW := f.reg(c32)
+	f.ins("shl.b32 %s, %s, 4", laneW, cpart)
+	f.ins("mad.lo.u32 %s, %s, %d, %s", laneW, crow, pitch, laneW)
+	type cacheCopy struct {
+		ptr, passBytes, blockBytes string
+		region                     int
+	}
+	copies := make([]cacheCopy, 2)
+	for i, c := range []struct {
+		b           *bufReg
+		off, stride string
+	}{{kb, kOff, kStride}, {vb, vOff, vStride}} {
+		cc := cacheCopy{ptr: f.reg(c64), passBytes: f.reg(c64), blockBytes: f.reg(c64), region: i * blockBytes}
+		r, t := f.reg(c64), f.reg(c64)
+		f.ins("cvt.u64.u32 %s, %s", r, crow)
+		f.ins("cvt.u64.u32 %s, %s", t, cpart)
+		f.ins("shl.b64 %s, %s, 3", t, t)
+		f.ins("mad.lo.s64 %s, %s, %s, %s", r, r, c.stride, c.off)
+		f.ins("add.s64 %s, %s, %s", r, r, t)
+		f.ins("shl.b64 %s, %s, 1", r, r)
+		f.ins("add.s64 %s, %s, %s", cc.ptr, c.b.addr, r)
+		f.ins("mul.lo.s64 %s, %s, %d", cc.passBytes, c.stride, 2*pass)
+		f.ins("mul.lo.s64 %s, %s, %d", cc.blockBytes, c.stride, 2*kernel.AttnBlock)
+		copies[i] = cc
+	}
+	// copyBlock copies the block at the pointers into the stage at dst and
+	// advances the pointers a block
+	copyBlock := func(dst string) {
+		for _, cc := range copies {
+			p := f.reg(c64)
+			f.ins("mov.b64 %s, %s", p, cc.ptr)
+			for j := range kernel.AttnBlock / pass {
+				if j > 0 {
+					f.ins("add.s64 %s, %s, %s", p, p, cc.passBytes)
+				}
+				f.ins("cp.async.cg.shared.global [%s+%d], [%s], 16", dst, cc.region+j*pass*pitch, p)
+			}
+			f.ins("add.s64 %s, %s, %s", cc.ptr, cc.ptr, cc.blockBytes)
+		}
+	}
+	// ldmatrix lane offsets: K's rows 8·(l/16) + l%8 at 8·((l/8)&1); V's
+	// (transposed) rows 8·((l/8)&1) + l%8 at 8·(l/16)
+	laneK, laneV, t := f.reg(c32), f.reg(c32), f.reg(c32)
+	f.ins("shr.u32 %s, %s, 4", t, l)
+	f.ins("shl.b32 %s, %s, 3", laneK, t)
+	f.ins("shl.b32 %s, %s, 4", laneV, t)
+	f.ins("and.b32 %s, %s, 7", t, l)
+	f.ins("add.u32 %s, %s, %s", laneK, laneK, t)
+	f.ins("mul.lo.u32 %s, %s, %d", laneK, laneK, pitch)
+	f.ins("bfe.u32 %s, %s, 3, 1", t, l)
+	f.ins("mad.lo.u32 %s, %s, 16, %s", laneK, t, laneK)
+	f.ins("shl.b32 %s, %s, 3", t, t)
+	w8 := f.reg(c32)
+	f.ins("and.b32 %s, %s, 7", w8, l)
+	f.ins("add.u32 %s, %s, %s", t, t, w8)
+	f.ins("mad.lo.u32 %s, %s, %d, %s", laneV, t, pitch, laneV)
+	f.ins("add.u32 %s, %s, %d", laneV, laneV, blockBytes)
+
+	// the rows' state: maxima, sums (the lane's share), output tiles
+	mA, mB, lA, lB := f.reg(cF32), f.reg(cF32), f.reg(cF32), f.reg(cF32)
+	f.ins("mov.f32 %s, 0fFF800000", mA)
+	f.ins("mov.f32 %s, 0fFF800000", mB)
+	f.ins("mov.f32 %s, 0f00000000", lA)
+	f.ins("mov.f32 %s, 0f00000000", lB)
+	o := make(tileRegs, hd/8)
+	for n := range o {
+		for e := range o[n] {
+			o[n][e] = f.reg(cF32)
+			f.ins("mov.f32 %s, 0f00000000", o[n][e])
+		}
+	}
+	smem := f.reg(c32)
+	f.ins("mov.u32 %s, %s", smem, f.smemName())
+	wbase := f.reg(c32)
+	f.ins("add.u32 %s, %s, %s", wbase, smem, laneW)
+	copyBlock(wbase)
+	f.ins("cp.async.commit_group")
+
+	jb := f.reg(c32)
+	f.ins("mov.u32 %s, 0", jb)
+	top, done, noCopy := f.label(), f.label(), f.label()
+	p := f.reg(cPred)
+	f.place(top)
+	f.ins("setp.ge.u32 %s, %s, %s", p, jb, nb)
+	f.ins("@%s bra %s", p, done)
+	// block jb has landed and every warp is done with the other stage
+	f.ins("cp.async.wait_group 0")
+	f.ins("bar.sync 0")
+	cur, next := f.reg(c32), f.reg(c32)
+	f.ins("and.b32 %s, %s, 1", t, jb)
+	f.ins("mad.lo.u32 %s, %s, %d, %s", cur, t, stage, smem)
+	f.ins("xor.b32 %s, %s, 1", t, t)
+	f.ins("mad.lo.u32 %s, %s, %d, %s", next, t, stage, wbase)
+	f.ins("add.u32 %s, %s, 1", t, jb)
+	f.ins("setp.ge.u32 %s, %s, %s", p, t, nb)
+	f.ins("@%s bra %s", p, noCopy)
+	copyBlock(next)
+	f.place(noCopy)
+	f.ins("cp.async.commit_group")
+
+	// scores: 8 tiles of 16 rows × 8 positions
+	nst := kernel.AttnBlock / 8
+	sc := make(tileRegs, nst)
+	for n := range sc {
+		for e := range sc[n] {
+			sc[n][e] = f.reg(cF32)
+			f.ins("mov.f32 %s, 0f00000000", sc[n][e])
+		}
+	}
+	ka := f.reg(c32)
+	f.ins("add.u32 %s, %s, %s", ka, cur, laneK)
+	for ks := range hd / 16 {
+		for pr := range nst / 2 {
+			var bf [4]string
+			for i := range bf {
+				bf[i] = f.reg(c32)
+			}
+			f.ins("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%s}, [%s+%d]", strings.Join(bf[:], ", "), ka, 16*pr*pitch+32*ks)
+			for h := range 2 {
+				d := strings.Join(sc[2*pr+h][:], ", ")
+				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s}, {%s, %s}, {%s}", d, strings.Join(qa[ks][:], ", "), bf[2*h], bf[2*h+1], d)
+			}
+		}
+	}
+	// the causal mask and the scale: position j0 + 8n + 2t + e%2 of row
+	// ra (e < 2) or rb
+	col := f.reg(c32)
+	f.ins("shl.b32 %s, %s, %d", col, jb, log2(kernel.AttnBlock))
+	f.ins("mad.lo.u32 %s, %s, 2, %s", col, t4, col)
+	mx := [2]string{f.reg(cF32), f.reg(cF32)}
+	f.ins("mov.f32 %s, 0fFF800000", mx[0])
+	f.ins("mov.f32 %s, 0fFF800000", mx[1])
+	for n := range sc {
+		for e := range 4 {
+			c, ok := f.reg(c32), f.reg(cPred)
+			f.ins("add.u32 %s, %s, %d", c, col, 8*n+e%2)
+			f.ins("setp.lt.u32 %s, %s, %s", ok, c, []string{limA, limB}[e/2])
+			f.ins("mul.f32 %s, %s, %s", sc[n][e], sc[n][e], scale)
+			f.ins("selp.f32 %s, %s, 0fFF800000, %s", sc[n][e], sc[n][e], ok)
+			f.ins("max.f32 %s, %s, %s", mx[e/2], mx[e/2], sc[n][e])
+		}
+	}
+	alpha := [2]string{f.reg(cF32), f.reg(cF32)}
+	sum := [2]string{f.reg(cF32), f.reg(cF32)}
+	for h, m := range []string{mA, mB} {
+		for _, b := range []int{1, 2} {
+			o := f.reg(cF32)
+			f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, mx[h], b)
+			f.ins("max.f32 %s, %s, %s", mx[h], mx[h], o)
+		}
+		f.ins("max.f32 %s, %s, %s", mx[h], mx[h], m)
+		f.ins("sub.f32 %s, %s, %s", alpha[h], m, mx[h])
+		f.ins("ex2.approx.ftz.f32 %s, %s", alpha[h], alpha[h])
+		f.ins("mov.f32 %s, %s", m, mx[h])
+		f.ins("mov.f32 %s, 0f00000000", sum[h])
+	}
+	for n := range sc {
+		for e := range 4 {
+			f.ins("sub.f32 %s, %s, %s", sc[n][e], sc[n][e], mx[e/2])
+			f.ins("ex2.approx.ftz.f32 %s, %s", sc[n][e], sc[n][e])
+			f.ins("add.f32 %s, %s, %s", sum[e/2], sum[e/2], sc[n][e])
+		}
+	}
+	f.ins("fma.rn.f32 %s, %s, %s, %s", lA, lA, alpha[0], sum[0])
+	f.ins("fma.rn.f32 %s, %s, %s, %s", lB, lB, alpha[1], sum[1])
+	for n := range o {
+		for e := range 4 {
+			f.ins("mul.f32 %s, %s, %s", o[n][e], o[n][e], alpha[e/2])
+		}
+	}
+	// the weights as f16 A fragments, then times V
+	va := f.reg(c32)
+	f.ins("add.u32 %s, %s, %s", va, cur, laneV)
+	for kk := range nst / 2 {
+		var pa [4]string
+		for i := range pa {
+			pa[i] = f.reg(c32)
+			tile := sc[2*kk+i/2]
+			e := 2 * (i % 2)
+			f.ins("cvt.rn.f16x2.f32 %s, %s, %s", pa[i], tile[e+1], tile[e])
+		}
+		for pr := range hd / 16 {
+			var bf [4]string
+			for i := range bf {
+				bf[i] = f.reg(c32)
+			}
+			f.ins("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%s}, [%s+%d]", strings.Join(bf[:], ", "), va, 16*kk*pitch+32*pr)
+			for h := range 2 {
+				d := strings.Join(o[2*pr+h][:], ", ")
+				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s}, {%s, %s}, {%s}", d, strings.Join(pa[:], ", "), bf[2*h], bf[2*h+1], d)
+			}
+		}
+	}
+	f.ins("add.u32 %s, %s, 1", jb, jb)
+	f.ins("bra %s", top)
+	f.place(done)
+	f.ins("bar.sync 0") // the next grid iteration's copies may refill either stage
+
+	// the rows' sums over their quads, the outputs divided by them
+	for _, lsum := range []string{lA, lB} {
+		for _, b := range []int{1, 2} {
+			o := f.reg(cF32)
+			f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, lsum, b)
+			f.ins("add.f32 %s, %s, %s", lsum, lsum, o)
+		}
+		f.ins("rcp.rn.f32 %s, %s", lsum, lsum)
+	}
+	for h, r := range []string{ra, rb} {
+		ok, addr, tc := f.reg(cPred), f.reg(c64), f.reg(c64)
+		f.ins("setp.lt.s64 %s, %s, %s", ok, r, rows)
+		f.ins("mad.lo.s64 %s, %s, %s, %s", addr, r, yStride, yOff)
+		f.ins("cvt.u64.u32 %s, %s", tc, t4)
+		f.ins("shl.b64 %s, %s, 1", tc, tc)
+		f.ins("add.s64 %s, %s, %s", addr, addr, tc)
+		f.ins("shl.b64 %s, %s, 2", addr, addr)
+		f.ins("add.s64 %s, %s, %s", addr, yb.addr, addr)
+		inv := []string{lA, lB}[h]
+		for n := range o {
+			x0, x1 := f.reg(cF32), f.reg(cF32)
+			f.ins("mul.f32 %s, %s, %s", x0, o[n][2*h], inv)
+			f.ins("mul.f32 %s, %s, %s", x1, o[n][2*h+1], inv)
+			f.ins("@%s st.global.v2.f32 [%s+%d], {%s, %s}", ok, addr, 32*n, x0, x1)
+		}
+	}
+	f.ins("bar.sync 0") // the other threads may read these rows next
+}

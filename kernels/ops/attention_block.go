@@ -1,0 +1,62 @@
+package ops
+
+import (
+	"fmt"
+
+	k "github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// Prefill attention on the tensor cores (flash attention, kernel.
+// BlockAttention). Arithmetic: the scores' products in f32 of f16
+// operands as AttentionSplit's, but the weights rounded to f16 for their
+// product with V, the sums in the hardware's order and exp the hardware's
+// ex2: held to the reference by error bounds.
+
+// AttnBlockWidth reports whether AttentionBlock takes head width hd: a
+// power of two from 16 to 128 (each thread copies whole 16-byte chunks of
+// the caches' rows; wider heads' outputs would not fit the registers).
+func AttnBlockWidth(hd int) bool { return hd >= 16 && hd <= 128 && hd&(hd-1) == 0 }
+
+// AttnBlockWarps is AttentionBlock's warps a CTA: 64 query rows of a head
+// share each block of the caches the CTA stages.
+const AttnBlockWarps = 4
+
+// AttentionBlock is AttentionBlockD<hd>(q []float32, kc, vc []uint16, step
+// []int32, y []float32, heads, group, kvDim int, scale float32): y =
+// softmax attention of the step's rows (row r at position step[1]+r
+// attends to positions 0..step[1]+r), q and y rows of heads·hd values, the
+// caches' rows kvDim apart (head h reads kv head h/group); a CTA per
+// (AttnBlockWarps·16 rows, head), the CTAs of the latest rows (the most
+// positions) first, the caches' blocks staged in shared memory and each
+// row's scores and output held in registers. The caches must hold
+// kernel.AttnBlock−1 finite rows past the last row's position: a block's
+// padding is read and weighted by zero.
+func AttentionBlock(hd int) *k.Kernel {
+	if !AttnBlockWidth(hd) {
+		panic(fmt.Sprintf("AttentionBlock: head width %d", hd))
+	}
+	sh := k.AttnShape{Warps: AttnBlockWarps, HD: hd}
+	R := sh.Rows()
+	b := k.New(fmt.Sprintf("AttentionBlockD%d", hd))
+	b.Doc(fmt.Sprintf("attends %d rows of one head per CTA over the cache in blocks of %d positions, on the tensor cores.", R, k.AttnBlock))
+	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
+	step, y := b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	heads, group, dim := b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
+	scale := b.Scalar("scale", k.F32)
+	qd := b.Let("qd", heads.Mul(hd))
+	rows := b.Let("rows", q.Len().Div(qd))
+	nq := b.Let("nq", rows.Add(R-1).Div(R))
+	b.ParallelFor("c", 0, nq.Mul(heads), func(c k.Expr) {
+		r0 := b.Let("r0", nq.Sub(1).Sub(c.Div(heads)).Mul(R))
+		h := b.Let("h", c.Rem(heads))
+		kvo := b.Let("kvo", h.Div(group).Mul(hd))
+		qo := b.Let("qo", r0.Mul(qd).Add(h.Mul(hd)))
+		first := b.Let("first", step.At(1).Cvt(k.Int).Add(r0).Add(1)) // positions row r0 attends to
+		b.BlockAttention(sh,
+			k.TileOperand{Buf: q, Off: qo, Stride: qd, Rows: rows.Sub(r0)},
+			k.TileOperand{Buf: kc, Off: kvo, Stride: dim},
+			k.TileOperand{Buf: vc, Off: kvo, Stride: dim},
+			k.TileOperand{Buf: y, Off: qo, Stride: qd}, first, scale)
+	})
+	return b.MustBuild()
+}
