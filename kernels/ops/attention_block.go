@@ -31,13 +31,21 @@ const AttnBlockWarps = 4
 // row's scores and output held in registers. The caches must hold
 // kernel.AttnBlock−1 finite rows past the last row's position: a block's
 // padding is read and weighted by zero.
-func AttentionBlock(hd int) *k.Kernel {
+func AttentionBlock(hd int) *k.Kernel { return AttentionBlockWarps(hd, AttnBlockWarps) }
+
+// AttentionBlockWarps is AttentionBlock with CTAs of warps warps (kernel
+// AttentionBlockD<hd>W<warps> unless warps is AttnBlockWarps).
+func AttentionBlockWarps(hd, warps int) *k.Kernel {
 	if !AttnBlockWidth(hd) {
 		panic(fmt.Sprintf("AttentionBlock: head width %d", hd))
 	}
-	sh := k.AttnShape{Warps: AttnBlockWarps, HD: hd}
+	sh := k.AttnShape{Warps: warps, HD: hd}
 	R := sh.Rows()
-	b := k.New(fmt.Sprintf("AttentionBlockD%d", hd))
+	name := fmt.Sprintf("AttentionBlockD%d", hd)
+	if warps != AttnBlockWarps {
+		name += fmt.Sprintf("W%d", warps)
+	}
+	b := k.New(name)
 	b.Doc(fmt.Sprintf("attends %d rows of one head per CTA over the cache in blocks of %d positions, on the tensor cores.", R, k.AttnBlock))
 	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
 	step, y := b.Buffer("step", k.I32), b.Buffer("y", k.F32)

@@ -26,7 +26,8 @@ func TestGPUAttentionBlock(t *testing.T) {
 	}
 	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
 	blocks := map[int]*kernel.Kernel{64: ops.AttentionBlock(64), 128: ops.AttentionBlock(128)}
-	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128])
+	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}
+	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128])
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, sh := range []struct {
 		name                          string
@@ -35,6 +36,10 @@ func TestGPUAttentionBlock(t *testing.T) {
 		{"llama-3.2-1b", 64, 32, 8, 512, 0}, {"qwen3-0.6b", 128, 16, 8, 512, 0},
 		{"llama-3.2-1b", 64, 32, 8, 37, 300}, {"qwen3-0.6b", 128, 16, 8, 37, 300},
 		{"llama-3.1-8b", 128, 32, 8, 512, 0}, {"qwen3-0.6b", 128, 16, 8, 512, 1536},
+		// decode steps, where a CTA of one warp takes the row
+		{"qwen3-0.6b", 128, 16, 8, 1, 5}, {"qwen3-0.6b", 128, 16, 8, 1, 64}, {"qwen3-0.6b", 128, 16, 8, 1, 127},
+		{"qwen3-0.6b", 128, 16, 8, 1, 511}, {"qwen3-0.6b", 128, 16, 8, 1, 2047},
+		{"llama-3.2-1b", 64, 32, 8, 1, 64}, {"llama-3.2-1b", 64, 32, 8, 1, 511},
 	} {
 		ctx := sh.pos + sh.rows + kernel.AttnBlock
 		dim, group := sh.kvHeads*sh.hd, sh.heads/sh.kvHeads
@@ -63,6 +68,9 @@ func TestGPUAttentionBlock(t *testing.T) {
 		ba.Set(12, uint64(dim))
 		ba.Set(13, uint64(math.Float32bits(scale)))
 		bk := blocks[sh.hd]
+		if sh.rows == 1 {
+			bk = ones[sh.hd]
+		}
 		runBlock := launcher(t, mod, tg, s, bk, ba, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(len(q)), sh.heads, group, dim, scale)
 		if err := yd.Upload(f32Bytes(nans(len(q)))); err != nil {
 			t.Fatal(err)
@@ -80,7 +88,7 @@ func TestGPUAttentionBlock(t *testing.T) {
 			sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
 		bu := deviceMicros(t, c, s, 10, runBlock)
 		su := deviceMicros(t, c, s, 5, func() { runSplit(); runMerge() })
-		t.Logf("%s heads, %d rows at position %d: AttentionBlock %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, bu, bworst, su)
+		t.Logf("%s heads, %d rows at position %d: %s %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, bk.Name, bu, bworst, su)
 		for _, b := range []cuda.Buffer{qd, kd, vd, stepd, yd, sd, pd} {
 			b.Free()
 		}

@@ -63,10 +63,7 @@ func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := min(th, threadsPerBlock)
-	if lp.Group > 32 {
-		block = lp.Group // a CTA-wide group is exactly one CTA
-	}
+	block := lp.CTA(th, threadsPerBlock)
 	grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
 	if err := allowShared(fn, lp.Shared); err != nil {
 		t.Fatal(err)

@@ -42,10 +42,17 @@ func TestGPUMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			g := gpuRunner(t, m, exec.Options{Context: 128})
-			agree(t, cpu, g, 32, tolerance(name))
-			if on, err := g.Graphs(); !on {
-				t.Errorf("steps did not replay a CUDA graph: %v", err)
+			// the decode attention as the heads choose it, then as
+			// AttentionBlock whatever the heads
+			defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
+			for _, heads := range []int{decodeBlockHeads, 1} {
+				decodeBlockHeads = heads
+				cpu.Truncate(0)
+				g := gpuRunner(t, m, exec.Options{Context: 128})
+				agree(t, cpu, g, 32, tolerance(name))
+				if on, err := g.Graphs(); !on {
+					t.Errorf("steps did not replay a CUDA graph: %v", err)
+				}
 			}
 		})
 	}

@@ -592,12 +592,19 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					p.call(i, cached("KVStore", ops.KVStore), in(1), in(2), whole(kc, p), whole(vc, p), stepAll(p), dim)
 				}
 				group := a.Heads / a.KVHeads
-				if p.tiles && rows > 1 && ops.AttnBlockWidth(a.HeadDim) {
-					// prefill steps on the tensor cores, flash attention a
-					// CTA per 64 rows of a head: a 512-row step of the 1B
-					// attended in 1.6 ms a layer by AttentionSplit
-					hd := a.HeadDim
-					k := cached(fmt.Sprintf("AttentionBlockD%d", hd), func() *kernel.Kernel { return ops.AttentionBlock(hd) })
+				if p.tiles && ops.AttnBlockWidth(a.HeadDim) && (rows > 1 || a.Heads >= decodeBlockHeads) {
+					// flash attention on the tensor cores: in prefill steps
+					// a CTA per 64 rows of a head (a 512-row step of the 1B
+					// attended in 1.6 ms a layer by AttentionSplit, 15 µs
+					// so), in one-row steps a warp's CTA per head, walking
+					// the positions alone (H200, qwen3's heads: 11 µs at
+					// position 64 where AttentionSplit+Merge took 29, 51 at
+					// 2047 against 80)
+					hd, warps := a.HeadDim, ops.AttnBlockWarps
+					if rows == 1 {
+						warps = 1
+					}
+					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
 					p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
 					break
 				}
@@ -714,6 +721,12 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 	}
 	return cached(k.Name, func() *kernel.Kernel { return k }), nil
 }
+
+// decodeBlockHeads is the fewest heads a one-row step attends with
+// AttentionBlock, a CTA a head: fewer would leave the GPU idle while each
+// walks its positions (AttentionSplit cuts them in pieces). A variable
+// for the tests, which lower it to check that path on the small models.
+var decodeBlockHeads = 16
 
 // prefillBlocks are the prefill products' CTA blocks, largest first:
 // 128×128 (four warps of 64×64), 64×128 (four of 32×64), 64×64 (four of

@@ -268,10 +268,7 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 		}
 		// n is a multiple of the group, and so is the block: a group of up
 		// to 32 never straddles a warp, and a wider one is the whole CTA
-		block := min(max(n, 1), threadsPerBlock)
-		if lp.Group > 32 {
-			block = lp.Group
-		}
+		block := lp.CTA(max(n, 1), threadsPerBlock)
 		grid := (max(n, 1) + block - 1) / block
 		if err := allowShared(fns[l.k], lp.Shared); err != nil {
 			return nil, err

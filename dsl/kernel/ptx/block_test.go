@@ -93,6 +93,13 @@ func TestBlockAttentionRenders(t *testing.T) {
 	if want := 2 * 2 * k.AttnBlock * (2*hd + 16); l.Group != 128 || l.Shared != want {
 		t.Errorf("launch %+v, want a CTA of 128 with %d bytes of shared memory", l, want)
 	}
+	// groups that share memory are CTAs of their own, even a warp's
+	if got := (ptx.Launch{Group: 32, Shared: 1024}).CTA(4096, 128); got != 32 {
+		t.Errorf("a warp with shared memory launched in CTAs of %d", got)
+	}
+	if got := (ptx.Launch{Group: 32}).CTA(4096, 128); got != 128 {
+		t.Errorf("warps without shared memory launched in CTAs of %d, want 128", got)
+	}
 	// scores: hd/16 k steps × 4 fragment loads, 2 mma each; values: 4 k
 	// steps × hd/16 loads, 2 mma each; 2 rescales and 32 weights a lane;
 	// quads' maxima and sums for 2 rows; 64 rows × 8 chunks of each cache

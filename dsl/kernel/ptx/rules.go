@@ -74,9 +74,20 @@ type Launch struct {
 	// it then). Without a grid loop, threads 0..Group-1 of CTA 0 work.
 	Group int
 	// Shared is the dynamic shared memory a CTA needs, in bytes (block
-	// products' stages): the launch passes it, and a function over 48 KiB
-	// must first be allowed it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+	// statements' stages): the launch passes it, and a function over 48
+	// KiB must first be allowed it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+	// A group that uses it is a CTA of its own (it would share it else).
 	Shared int
+}
+
+// CTA is the CTA size to launch threads threads with, at most max where
+// the kernel leaves it free: exactly the group where the group is wider
+// than a warp or uses shared memory, else up to max.
+func (l Launch) CTA(threads, max int) int {
+	if l.Group > 32 || l.Shared > 0 {
+		return l.Group
+	}
+	return min(threads, max)
 }
 
 // Plan is the launch of k rendered for t.
