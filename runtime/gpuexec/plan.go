@@ -10,6 +10,7 @@ package gpuexec
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/dsl/kernel"
@@ -142,15 +143,36 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 		p.hidden, p.vocab = true, g.Nodes[id].Cols // one row's download
 	}
 
-	weights := map[int]int{} // weight index -> raw allocation
-	raw := func(wi int) int {
-		if a, ok := weights[wi]; ok {
-			return a
+	weights := map[int]view{} // weight index -> its stored bytes on the device
+	weight := func(wi int) view {
+		if v, ok := weights[wi]; ok {
+			return v
 		}
 		w := &m.Weights[wi]
 		a := p.add(alloc{name: w.GGUF, kind: kernel.U8, n: len(w.Data), init: w.Data})
-		weights[wi] = a
-		return a
+		weights[wi] = view{a, 0, len(w.Data)}
+		return weights[wi]
+	}
+	// the matrices of stacked mat-vecs uploaded one after another, each a
+	// view of the one allocation, so that one launch reads them as one
+	stacks := stackedMatVecs(g, m)
+	stackOf := map[int][]int{} // node -> its stack
+	for _, st := range stacks {
+		var data []byte
+		var names []string
+		for _, j := range st {
+			stackOf[j] = st
+			w := &m.Weights[g.Nodes[j].Weight]
+			data = append(data, w.Data...)
+			names = append(names, w.GGUF)
+		}
+		a := p.add(alloc{name: strings.Join(names, " + "), kind: kernel.U8, n: len(data), init: data})
+		off := 0
+		for _, j := range st {
+			wi := g.Nodes[j].Weight
+			weights[wi] = view{a, off, len(m.Weights[wi].Data)}
+			off += len(m.Weights[wi].Data)
+		}
 	}
 	vectors := map[int]int{}
 	vector := func(wi int) (int, error) {
@@ -282,6 +304,21 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				out[i] = view{slotAlloc[s], 0, n.Cols * rows}
 			}
 		}
+		if rows == 1 {
+			// a stack's outputs side by side in an allocation of their own
+			for _, st := range stacks {
+				n := 0
+				for _, j := range st {
+					n += g.Nodes[j].Cols
+				}
+				a := p.add(alloc{name: fmt.Sprintf("stacked outputs of node %d", st[0]), kind: kernel.F32, n: n})
+				off := 0
+				for _, j := range st {
+					out[j] = view{a, off, g.Nodes[j].Cols}
+					off += g.Nodes[j].Cols
+				}
+			}
+		}
 		type rounding struct { // an activation x as the rounding kernel rk left it
 			rk *kernel.Kernel
 			x  view
@@ -317,12 +354,13 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					}
 					k = cached("Embed"+d.Name, func() *kernel.Kernel { return ops.Embed(d) })
 				}
-				p.call(i, k, whole(raw(n.Weight), p), stepToks(p, rows), out[i], n.Cols)
+				p.call(i, k, weight(n.Weight), stepToks(p, rows), out[i], n.Cols)
 			case dsl.OpMatMul:
-				if fused[i] { // an up projection done with its gate (SwiGLU)
+				if fused[i] { // an up projection done with its gate (SwiGLU), a stack's done by its first
 					break
 				}
 				w := &m.Weights[n.Weight]
+				wv := weight(n.Weight)
 				x, y, xr := in(0), out[i], rows
 				if rows > 1 && i == id && !p.hidden {
 					// only the last real row's logits: that row alone
@@ -359,6 +397,16 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 						last.rk, last.x = quantize, x
 						dotIn = []any{xq, xd}
 						k = cached(dotMatVec("", w.Type, n.Cols))
+						if st, ok := stackOf[i]; ok {
+							// the stack's rows in one launch, from its first
+							last := st[len(st)-1]
+							wv = view{wv.a, wv.off, weights[g.Nodes[last].Weight].off + weights[g.Nodes[last].Weight].n - wv.off}
+							y = view{y.a, y.off, out[last].off + out[last].n - y.off}
+							k = cached(dotMatVec("", w.Type, y.n))
+							for _, j := range st[1:] {
+								fused[j] = true
+							}
+						}
 						break
 					}
 					// a prefill product on the tensor cores: the matrix
@@ -406,14 +454,14 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 							a := p.add(alloc{name: w.GGUF + " (f16)", kind: kernel.U16, n: nw})
 							resident16[n.Weight], p.f16Left = a, p.f16Left-need
 							wh = view{a, 0, nw}
-							p.setup = append(p.setup, launch{k: dequant, args: []any{whole(raw(n.Weight), p), wh}, node: i})
+							p.setup = append(p.setup, launch{k: dequant, args: []any{wv, wh}, node: i})
 						} else {
 							if wf16 < 0 {
 								wf16 = p.add(alloc{name: "f16 weights", kind: kernel.U16})
 							}
 							p.allocs[wf16].n = max(p.allocs[wf16].n, nw)
 							wh = view{wf16, 0, nw}
-							p.call(i, dequant, whole(raw(n.Weight), p), wh)
+							p.call(i, dequant, wv, wh)
 						}
 						sh := prefillBlock(xr, n.Cols)
 						mb := ops.MatMulBlock(sh, kernel.U16)
@@ -461,25 +509,25 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					// never stored, the Mul after them done as it stores
 					mul := epilogues[up].node
 					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols)
-					p.call(i, cached(name, mk), append(append([]any{whole(raw(n.Weight), p), whole(raw(g.Nodes[up].Weight), p)}, dotIn...), out[mul])...)
+					p.call(i, cached(name, mk), append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
 					fused[next.node], fused[up], fused[mul] = true, true, true
 				case xr == 1 && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
 					// weights, the scratch (or quants) and (an Add, a Mul)
 					// the other operand
-					args := append([]any{whole(raw(n.Weight), p)}, xin...)
+					args := append([]any{wv}, xin...)
 					if next.op == dsl.OpAdd || next.op == dsl.OpMul {
 						args = append(args, out[next.other])
 					}
 					p.call(i, cached(ename, ek), append(args, out[next.node])...)
 					fused[next.node] = true
 				case xr == 1:
-					p.call(i, k, append(append([]any{whole(raw(n.Weight), p)}, xin...), y)...)
+					p.call(i, k, append(append([]any{wv}, xin...), y)...)
 				case mm != nil:
-					p.call(i, mm, whole(raw(n.Weight), p), x, y, cols)
+					p.call(i, mm, wv, x, y, cols)
 				default: // a mat-vec a row
 					for r := 0; r < xr; r++ {
-						p.call(i, k, whole(raw(n.Weight), p), view{x.a, x.off + r*cols, cols}, view{y.a, y.off + r*n.Cols, n.Cols})
+						p.call(i, k, wv, view{x.a, x.off + r*cols, cols}, view{y.a, y.off + r*n.Cols, n.Cols})
 					}
 				}
 			case dsl.OpAdd:
@@ -916,4 +964,55 @@ func matVecEpilogues(g *dsl.G, rows int) map[int]epilogue {
 		}
 	}
 	return out
+}
+
+// stackedMatVecs finds the mat-vecs a one-row step runs as one launch:
+// those reading the same activation (q, k and v after the attention's
+// norm), each its only product with no epilogue, their matrices of one
+// integer-dot type (their rows then quantize and dot alike) and each a
+// multiple of 16 bytes long (the next one's view stays 16-aligned). Each
+// stack lists its nodes in graph order, two or more of them.
+func stackedMatVecs(g *dsl.G, m *exec.Model) [][]int {
+	epilogues := matVecEpilogues(g, 1)
+	swiglus := swiGLUs(g, epilogues)
+	ups := map[int]bool{}
+	for gate, up := range swiglus {
+		ups[gate], ups[up] = true, true
+	}
+	byInput := map[int][]int{}
+	var inputs []int
+	for i, n := range g.Nodes {
+		if n.Op != dsl.OpMatMul || ups[i] {
+			continue
+		}
+		if _, ok := epilogues[i]; ok {
+			continue
+		}
+		w := &m.Weights[n.Weight]
+		if !integerDot(w.Type) || len(w.Data)%16 != 0 {
+			continue
+		}
+		if len(byInput[n.In[0]]) == 0 {
+			inputs = append(inputs, n.In[0])
+		}
+		byInput[n.In[0]] = append(byInput[n.In[0]], i)
+	}
+	var stacks [][]int
+	for _, in := range inputs {
+		// the longest runs of one type among the activation's mat-vecs
+		var run []int
+		for _, j := range byInput[in] {
+			if len(run) > 0 && m.Weights[g.Nodes[j].Weight].Type != m.Weights[g.Nodes[run[0]].Weight].Type {
+				if len(run) > 1 {
+					stacks = append(stacks, run)
+				}
+				run = nil
+			}
+			run = append(run, j)
+		}
+		if len(run) > 1 {
+			stacks = append(stacks, run)
+		}
+	}
+	return stacks
 }

@@ -427,6 +427,35 @@ func TestMatVecEpiloguesFused(t *testing.T) {
 	}
 }
 
+// In one-row steps q, k and v are one launch over their matrices stacked
+// in one allocation (same type, same activation), into outputs side by
+// side; TestPlanMatchesCPU holds the result to the CPU's.
+func TestStackedMatVecs(t *testing.T) {
+	m := loadModel(t, "synth:qwen3-0.6b/Q8_0")
+	p, err := newPlan(m, 64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := m.Graph.Hyper.Int("block_count")
+	plain := 0
+	for _, l := range p.launches {
+		if strings.HasPrefix(l.k.Name, "MatVecDotQ8_0x") { // not the Add and SwiGLU forms
+			plain++
+		}
+	}
+	if want := layers + 1; plain != want { // a stack a block, and the output head
+		t.Errorf("decode step: %d plain mat-vecs, want %d", plain, want)
+	}
+	if got := len(stackedMatVecs(m.Graph, m)); got != layers {
+		t.Errorf("%d stacks, want %d (q, k, v a block)", got, layers)
+	}
+	for _, st := range stackedMatVecs(m.Graph, m) {
+		if len(st) != 3 {
+			t.Errorf("stack %v: want q, k and v", st)
+		}
+	}
+}
+
 // Every kernel the runner needs for the test models renders for sm_90, as
 // one module, and its launch plan is a grid (or a one-thread kernel).
 func TestKernelsRender(t *testing.T) {
