@@ -159,3 +159,13 @@ func TestBadPTXReportsLog(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// A slice of a buffer is its bytes from an offset, clipped to the buffer.
+func TestBufferSlice(t *testing.T) {
+	b := Buffer{Ptr: 4096, Size: 100}
+	for _, c := range []struct{ off, n, ptr, size uint64 }{{0, 100, 4096, 100}, {16, 32, 4112, 32}, {90, 32, 4186, 10}, {200, 8, 4196, 0}} {
+		if s := b.Slice(c.off, c.n); s.Ptr != c.ptr || s.Size != c.size {
+			t.Errorf("Slice(%d, %d) = %d+%d, want %d+%d", c.off, c.n, s.Ptr, s.Size, c.ptr, c.size)
+		}
+	}
+}

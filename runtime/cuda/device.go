@@ -152,6 +152,13 @@ func (b Buffer) Free() error {
 	return check("cuMemFree", api.cuMemFree(b.Ptr))
 }
 
+// Slice is bytes [off, off+n) of b, clipped to b (freeing it frees nothing
+// of its own: free b).
+func (b Buffer) Slice(off, n uint64) Buffer {
+	off = min(off, b.Size)
+	return Buffer{b.Ptr + off, min(n, b.Size-off), b.c}
+}
+
 // Upload copies host bytes to the start of b.
 func (b Buffer) Upload(src []byte) error {
 	if uint64(len(src)) > b.Size {

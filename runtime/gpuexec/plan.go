@@ -26,6 +26,25 @@ type alloc struct {
 	kind kernel.Kind
 	n    int
 	init []byte // uploaded once; nil: zeroed
+	// parts are uploaded once one after another where init is nil (the
+	// matrices of a stack, never copied into one slice)
+	parts [][]byte
+}
+
+// initBytes calls f with each run of bytes a's upload starts with and its
+// offset.
+func (a alloc) initBytes(f func(off int, b []byte) error) error {
+	if a.init != nil {
+		return f(0, a.init)
+	}
+	off := 0
+	for _, b := range a.parts {
+		if err := f(off, b); err != nil {
+			return err
+		}
+		off += len(b)
+	}
+	return nil
 }
 
 // view is elements [off, off+n) of allocation a.
@@ -158,15 +177,17 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 	stacks := stackedMatVecs(g, m)
 	stackOf := map[int][]int{} // node -> its stack
 	for _, st := range stacks {
-		var data []byte
+		var parts [][]byte
 		var names []string
+		n := 0
 		for _, j := range st {
 			stackOf[j] = st
 			w := &m.Weights[g.Nodes[j].Weight]
-			data = append(data, w.Data...)
+			parts = append(parts, w.Data)
 			names = append(names, w.GGUF)
+			n += len(w.Data)
 		}
-		a := p.add(alloc{name: strings.Join(names, " + "), kind: kernel.U8, n: len(data), init: data})
+		a := p.add(alloc{name: strings.Join(names, " + "), kind: kernel.U8, n: n, parts: parts})
 		off := 0
 		for _, j := range st {
 			wi := g.Nodes[j].Weight

@@ -114,7 +114,7 @@ func newHostExec(p *plan) *hostExec {
 			m = make([]int32, a.n)
 		case kernel.U8:
 			b := make([]byte, a.n)
-			copy(b, a.init)
+			a.initBytes(func(off int, src []byte) error { copy(b[off:], src); return nil })
 			m = b
 		default:
 			panic("allocation kind " + a.kind.String())

@@ -151,10 +151,8 @@ func (r *Runner) bind() error {
 		if err := b.Zero(); err != nil {
 			return err
 		}
-		if a.init != nil {
-			if err := b.Upload(a.init); err != nil {
-				return fmt.Errorf("%s: %w", a.name, err)
-			}
+		if err := a.initBytes(func(off int, src []byte) error { return b.Slice(uint64(off), uint64(len(src))).Upload(src) }); err != nil {
+			return fmt.Errorf("%s: %w", a.name, err)
 		}
 	}
 	setup, err := r.bindCalls(p.setup, tg, fns)
