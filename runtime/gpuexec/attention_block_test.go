@@ -19,11 +19,7 @@ import (
 // at positions 0 and 1536 and one of 37 rows at position 300, and logs its
 // time beside AttentionSplit + AttentionMerge's on the same step.
 func TestGPUAttentionBlock(t *testing.T) {
-	needGPU(t)
-	c, s := deviceStream(t)
-	if c.Device.Major < 8 {
-		t.Skipf("sm_%d%d has no mma.m16n8k16", c.Device.Major, c.Device.Minor)
-	}
+	c, s := tensorCoreStream(t)
 	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
 	blocks := map[int]*kernel.Kernel{64: ops.AttentionBlock(64), 128: ops.AttentionBlock(128)}
 	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}

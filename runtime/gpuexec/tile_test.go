@@ -20,11 +20,7 @@ import (
 // own order) on a shape with partial tiles, then logs the kernels' times on
 // the models' shapes times 512 rows (a prefill step).
 func TestGPUMatMulTile(t *testing.T) {
-	needGPU(t)
-	c, s := deviceStream(t)
-	if c.Device.Major < 8 {
-		t.Skipf("sm_%d%d has no mma.m16n8k16", c.Device.Major, c.Device.Minor)
-	}
+	c, s := tensorCoreStream(t)
 	deq, mmt := ops.DequantF16(ops.Q4_K), ops.MatMulTile()
 	shapes := []*kernel.Kernel{mmt, ops.MatMulTileShape(4, 4), ops.MatMulTileShape(2, 2)}
 	for _, sh := range blockShapes {
@@ -133,6 +129,18 @@ func TestGPUMatMulTile(t *testing.T) {
 		whd.Free()
 		yd.Free()
 	}
+}
+
+// tensorCoreStream is deviceStream on a device with mma.m16n8k16 (sm_80
+// and later); the test skips on others.
+func tensorCoreStream(t *testing.T) (*cuda.Context, *cuda.Stream) {
+	t.Helper()
+	needGPU(t)
+	c, s := deviceStream(t)
+	if c.Device.Major < 8 {
+		t.Skipf("sm_%d%d has no mma.m16n8k16", c.Device.Major, c.Device.Minor)
+	}
+	return c, s
 }
 
 // blockShapes are the MatMulBlock shapes the device test checks and times.

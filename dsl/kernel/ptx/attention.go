@@ -1,10 +1,6 @@
 package ptx
 
-import (
-	"strings"
-
-	"github.com/jitllm/jitllm/dsl/kernel"
-)
+import "github.com/jitllm/jitllm/dsl/kernel"
 
 // Block attentions (dsl/kernel/attention.go) as flash attention: the CTA
 // copies each block of AttnBlock key and value rows into shared memory
@@ -29,12 +25,7 @@ func attnShared(sh kernel.AttnShape) int { return 2 * 2 * kernel.AttnBlock * att
 func (f *fn) attnStmt(s *kernel.Stmt) {
 	sh := *s.Attn
 	nt, hd, pitch := sh.Threads(), sh.HD, attnPitch(sh)
-	switch {
-	case f.sm < 80:
-		f.fail("block attention: cp.async and mma.m16n8k16 need sm_80 or later")
-		return
-	case f.width != nt || f.lane == "":
-		f.fail("block attention: outside a grid iteration of its CTA of %d", nt)
+	if !f.blockCTA("block attention", nt) {
 		return
 	}
 	f.smem = true
@@ -181,13 +172,7 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.ins("mov.f32 %s, 0fFF800000", mB)
 	f.ins("mov.f32 %s, 0f00000000", lA)
 	f.ins("mov.f32 %s, 0f00000000", lB)
-	o := make(tileRegs, hd/8)
-	for n := range o {
-		for e := range o[n] {
-			o[n][e] = f.reg(cF32)
-			f.ins("mov.f32 %s, 0f00000000", o[n][e])
-		}
-	}
+	o := f.zeroTiles(hd / 8)
 	smem := f.reg(c32)
 	f.ins("mov.u32 %s, %s", smem, f.smemName())
 	wbase := f.reg(c32)
@@ -219,26 +204,14 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 
 	// scores: 8 tiles of 16 rows × 8 positions
 	nst := kernel.AttnBlock / 8
-	sc := make(tileRegs, nst)
-	for n := range sc {
-		for e := range sc[n] {
-			sc[n][e] = f.reg(cF32)
-			f.ins("mov.f32 %s, 0f00000000", sc[n][e])
-		}
-	}
+	sc := f.zeroTiles(nst)
 	ka := f.reg(c32)
 	f.ins("add.u32 %s, %s, %s", ka, cur, laneK)
 	for ks := range hd / 16 {
 		for pr := range nst / 2 {
-			var bf [4]string
-			for i := range bf {
-				bf[i] = f.reg(c32)
-			}
-			f.ins("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%s}, [%s+%d]", strings.Join(bf[:], ", "), ka, 16*pr*pitch+32*ks)
-			for h := range 2 {
-				d := strings.Join(sc[2*pr+h][:], ", ")
-				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s}, {%s, %s}, {%s}", d, strings.Join(qa[ks][:], ", "), bf[2*h], bf[2*h+1], d)
-			}
+			bf := f.ldmatrix(false, ka, 16*pr*pitch+32*ks)
+			f.mma(sc[2*pr], qa[ks], bf[0], bf[1])
+			f.mma(sc[2*pr+1], qa[ks], bf[2], bf[3])
 		}
 	}
 	// the causal mask and the scale: position j0 + 8n + 2t + e%2 of row
@@ -299,15 +272,9 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 			f.ins("cvt.rn.f16x2.f32 %s, %s, %s", pa[i], tile[e+1], tile[e])
 		}
 		for pr := range hd / 16 {
-			var bf [4]string
-			for i := range bf {
-				bf[i] = f.reg(c32)
-			}
-			f.ins("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%s}, [%s+%d]", strings.Join(bf[:], ", "), va, 16*kk*pitch+32*pr)
-			for h := range 2 {
-				d := strings.Join(o[2*pr+h][:], ", ")
-				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s}, {%s, %s}, {%s}", d, strings.Join(pa[:], ", "), bf[2*h], bf[2*h+1], d)
-			}
+			bf := f.ldmatrix(true, va, 16*kk*pitch+32*pr)
+			f.mma(o[2*pr], pa, bf[0], bf[1])
+			f.mma(o[2*pr+1], pa, bf[2], bf[3])
 		}
 	}
 	f.ins("add.u32 %s, %s, 1", jb, jb)

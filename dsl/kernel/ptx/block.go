@@ -72,12 +72,7 @@ type blockOperand struct {
 func (f *fn) blockStmt(s *kernel.Stmt) {
 	sh := *s.Block
 	nt, bm, bn := sh.Threads(), sh.Rows(), sh.Cols()
-	switch {
-	case f.sm < 80:
-		f.fail("block product: cp.async and mma.m16n8k16 need sm_80 or later")
-		return
-	case f.width != nt || f.lane == "":
-		f.fail("block product: outside a grid iteration of its CTA of %d", nt)
+	if !f.blockCTA("block product", nt) {
 		return
 	}
 	stage, ns := stageBytes(sh), blockStages(sh)
@@ -133,13 +128,7 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	nk := f.reg(c64)
 	f.ins("shr.s64 %s, %s, %d", nk, args[6], log2(kernel.TileK))
 
-	acc := make(tileRegs, sh.M*sh.N)
-	for p := range acc {
-		for e := range acc[p] {
-			acc[p][e] = f.reg(cF32)
-			f.ins("mov.f32 %s, 0f00000000", acc[p][e])
-		}
-	}
+	acc := f.zeroTiles(sh.M * sh.N)
 	smem := f.reg(c32)
 	f.ins("mov.u32 %s, %s", smem, f.smemName())
 	wbase := f.reg(c32)
@@ -203,6 +192,21 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	f.ins("cp.async.wait_group 0")
 	f.ins("bar.sync 0") // the next grid iteration's copies may refill any stage
 	f.blockEpilogue(sh, acc, args[7:11], yb, wm, wn, l)
+}
+
+// blockCTA reports whether a block statement of nt threads can render
+// here: on sm_80 or later (cp.async, mma.m16n8k16), in a grid iteration
+// run by its CTA.
+func (f *fn) blockCTA(what string, nt int) bool {
+	switch {
+	case f.sm < 80:
+		f.fail("%s: cp.async and mma.m16n8k16 need sm_80 or later", what)
+		return false
+	case f.width != nt || f.lane == "":
+		f.fail("%s: outside a grid iteration of its CTA of %d", what, nt)
+		return false
+	}
+	return true
 }
 
 // smemName is the kernel's staging buffer in shared memory: the CTA's
@@ -273,24 +277,15 @@ func (f *fn) blockProducts(sh kernel.BlockShape, acc tileRegs, rb, laneA, laneC 
 	for ks := range kernel.TileK / 16 {
 		a := make([][4]string, sh.M)
 		for m := range a {
-			for i := range a[m] {
-				a[m][i] = f.reg(c32)
-			}
-			f.ins("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%s}, [%s+%d]", strings.Join(a[m][:], ", "), ra, 16*m*stagePitch+32*ks)
+			a[m] = f.ldmatrix(false, ra, 16*m*stagePitch+32*ks)
 		}
 		c := make([][4]string, sh.N/2)
 		for n := range c {
-			for i := range c[n] {
-				c[n][i] = f.reg(c32)
-			}
-			f.ins("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%s}, [%s+%d]", strings.Join(c[n][:], ", "), rc, 16*n*stagePitch+32*ks)
+			c[n] = f.ldmatrix(false, rc, 16*n*stagePitch+32*ks)
 		}
 		for m := range sh.M {
 			for n := range sh.N {
-				d := strings.Join(acc[m*sh.N+n][:], ", ")
-				b := c[n/2][2*(n%2):]
-				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s}, {%s, %s}, {%s}",
-					d, strings.Join(a[m][:], ", "), b[0], b[1], d)
+				f.mma(acc[m*sh.N+n], a[m], c[n/2][2*(n%2)], c[n/2][2*(n%2)+1])
 			}
 		}
 	}

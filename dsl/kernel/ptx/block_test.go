@@ -8,6 +8,20 @@ import (
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 )
 
+// renderSM90 is k's PTX for sm_90 and its launch plan.
+func renderSM90(t *testing.T, k *k.Kernel) (string, ptx.Launch) {
+	t.Helper()
+	src, err := ptx.Render(k, ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ptx.Plan(k, ptx.Target{SM: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, l
+}
+
 // blockKernel is a CTA-per-block product with operands of kind ak.
 func blockKernel(sh k.BlockShape, ak k.Kind) *k.Kernel {
 	b := k.New("blk")
@@ -27,14 +41,7 @@ func blockKernel(sh k.BlockShape, ak k.Kind) *k.Kernel {
 func TestBlockRenders(t *testing.T) {
 	sh := k.BlockShape{WM: 2, WN: 2, M: 2, N: 4} // 64×64, 128 threads
 	kern := blockKernel(sh, k.U16)
-	src, err := ptx.Render(kern, ptx.Target{SM: 90})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ptx.Plan(kern, ptx.Target{SM: 90})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, l := renderSM90(t, kern)
 	// stages of (64+64) rows of 80 bytes: 4 fit 96 KiB
 	if l.Group != 128 || l.Shared != 4*128*80 {
 		t.Errorf("launch %+v, want a CTA of 128 with %d bytes of shared memory", l, 4*128*80)
@@ -81,15 +88,7 @@ func TestBlockAttentionRenders(t *testing.T) {
 			k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(hd)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(hd)},
 			k.TileOperand{Buf: y, Off: c.Mul(64 * hd), Stride: k.I(hd)}, c.Mul(64).Add(1), k.F(0.125))
 	})
-	kern := b.MustBuild()
-	src, err := ptx.Render(kern, ptx.Target{SM: 90})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ptx.Plan(kern, ptx.Target{SM: 90})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, l := renderSM90(t, b.MustBuild())
 	if want := 2 * 2 * k.AttnBlock * (2*hd + 16); l.Group != 128 || l.Shared != want {
 		t.Errorf("launch %+v, want a CTA of 128 with %d bytes of shared memory", l, want)
 	}

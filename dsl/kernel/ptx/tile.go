@@ -22,6 +22,40 @@ import (
 // row-major.
 type tileRegs [][4]string
 
+// zeroTiles is n pieces' sums, all zero.
+func (f *fn) zeroTiles(n int) tileRegs {
+	regs := make(tileRegs, n)
+	for p := range regs {
+		for e := range regs[p] {
+			regs[p][e] = f.reg(cF32)
+			f.ins("mov.f32 %s, 0f00000000", regs[p][e])
+		}
+	}
+	return regs
+}
+
+// mma adds to piece d the product of A fragment a (a0..a3) and B fragment
+// b0, b1.
+func (f *fn) mma(d [4]string, a [4]string, b0, b1 string) {
+	acc := strings.Join(d[:], ", ")
+	f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s}, {%s, %s}, {%s}", acc, strings.Join(a[:], ", "), b0, b1, acc)
+}
+
+// ldmatrix loads four 8×8 f16 matrices from shared memory at addr+off
+// (lane l giving row l%8 of matrix l/8), transposed with trans.
+func (f *fn) ldmatrix(trans bool, addr string, off int) [4]string {
+	var r [4]string
+	for i := range r {
+		r[i] = f.reg(c32)
+	}
+	t := ""
+	if trans {
+		t = ".trans"
+	}
+	f.ins("ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%s}, [%s+%d]", t, strings.Join(r[:], ", "), addr, off)
+	return r
+}
+
 func (f *fn) tileStmt(s *kernel.Stmt) {
 	if f.sm < 80 {
 		f.fail("tile %s: mma.m16n8k16 needs sm_80 or later", s.Tile.Name)
@@ -33,14 +67,7 @@ func (f *fn) tileStmt(s *kernel.Stmt) {
 	}
 	t := s.Tile
 	if s.Op == kernel.STile {
-		regs := make(tileRegs, t.M*t.N)
-		for p := range regs {
-			for e := range regs[p] {
-				regs[p][e] = f.reg(cF32)
-				f.ins("mov.f32 %s, 0f00000000", regs[p][e])
-			}
-		}
-		f.tiles[t] = regs
+		f.tiles[t] = f.zeroTiles(t.M * t.N)
 		return
 	}
 	regs, ok := f.tiles[t]
@@ -73,10 +100,7 @@ func (f *fn) tileStmt(s *kernel.Stmt) {
 	for st := range 2 {
 		for m := range t.M {
 			for n := range t.N {
-				d := regs[m*t.N+n]
-				acc := strings.Join(d[:], ", ")
-				f.ins("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%s}, {%s, %s, %s, %s}, {%s, %s}, {%s}",
-					acc, a[m][0][2*st], a[m][1][2*st], a[m][0][2*st+1], a[m][1][2*st+1], c[n][2*st], c[n][2*st+1], acc)
+				f.mma(regs[m*t.N+n], [4]string{a[m][0][2*st], a[m][1][2*st], a[m][0][2*st+1], a[m][1][2*st+1]}, c[n][2*st], c[n][2*st+1])
 			}
 		}
 	}
