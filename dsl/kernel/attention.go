@@ -57,11 +57,28 @@ func (s AttnShape) check() error {
 // kc's and vc's Rows are not used. It runs on a CTA of sh.Threads() (the
 // kernel's cooperative width), its stores ordered before any later access
 // of the CTA's other threads.
-func (b *Builder) BlockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, scale Expr) {
+func (b *Builder) BlockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, scale Expr, quant *AttnQuant) {
 	args := []Expr{q.Off, q.Stride, q.Rows, kc.Off, kc.Stride, vc.Off, vc.Stride, y.Off, y.Stride, first}
 	if err := sh.check(); err != nil {
 		b.fail("block attention: %v", err)
 		return
+	}
+	var extra []*Buf
+	var qargs []Expr
+	if quant != nil {
+		extra = []*Buf{quant.Quants.Buf, quant.Scales.Buf}
+		qargs = []Expr{quant.Quants.Off, quant.Quants.Stride, quant.Scales.Off, quant.Scales.Stride}
+		switch {
+		case sh.HD%32 != 0:
+			b.fail("block attention: Q8_0 output of head width %d (a multiple of 32)", sh.HD)
+			return
+		case quant.Quants.Buf.Elem != U8 || quant.Scales.Buf.Elem != F32:
+			b.fail("block attention: Q8_0 output into %s and %s (want U8, F32)", quant.Quants.Buf.Elem, quant.Scales.Buf.Elem)
+			return
+		case !b.check("block attention quants", qargs...) || !allInt(qargs):
+			b.fail("block attention: Q8_0 offsets and strides must be Int")
+			return
+		}
 	}
 	switch {
 	case !b.check("block attention", append(args, scale)...):
@@ -74,17 +91,27 @@ func (b *Builder) BlockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, 
 	case !allInt(args) || scale.Kind != F32:
 		b.fail("block attention: offsets, strides, rows and first must be Int, scale F32")
 	default:
-		b.emit(&Stmt{Op: SBlockAttention, Attn: &sh, Buf: q.Buf, Buf2: kc.Buf, Buf3: vc.Buf, Out: y.Buf, Args: append(args, scale)})
+		b.emit(&Stmt{Op: SBlockAttention, Attn: &sh, Buf: q.Buf, Buf2: kc.Buf, Buf3: vc.Buf, Out: y.Buf, Extra: extra, Args: append(append(args, scale), qargs...)})
 	}
 }
 
+// AttnQuant is a block attention's second output: each row's values
+// quantized to Q8_0 blocks of 32 as QuantizeQ8_0 quantizes the stored f32
+// values (x86 rounding: d = f16(amax/127), q = round_even(v·127/amax)),
+// row i's quants from Quants.Off + i·Quants.Stride (U8, an even offset and
+// stride), its scales from Scales.Off + i·Scales.Stride (F32), a block's
+// scale at its first value's index / 32. The operands' Rows are not used.
+type AttnQuant struct{ Quants, Scales TileOperand }
+
 // blockAttention interprets a block attention.
 func (m *machine) blockAttention(s *Stmt) {
-	ev := make([]int, len(s.Args)-1)
-	for i, a := range s.Args[:len(ev)] {
-		ev[i] = int(m.eval(a).i)
+	ev := make([]int, 0, len(s.Args))
+	for i, a := range s.Args {
+		if i != 10 { // the scale
+			ev = append(ev, int(m.eval(a).i))
+		}
 	}
-	scale := float32(m.eval(s.Args[len(ev)]).f)
+	scale := float32(m.eval(s.Args[10]).f)
 	sh := s.Attn
 	qOff, qStride, qRows, kOff, kStride, vOff, vStride, yOff, yStride, first := ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], ev[6], ev[7], ev[8], ev[9]
 	rows := min(qRows, sh.Rows())
@@ -136,7 +163,39 @@ func (m *machine) blockAttention(s *Stmt) {
 			}
 		}
 		for d := range sh.HD {
-			m.store(s.Out, yOff+i*yStride+d, val{f: float64(out[d] / l)})
+			out[d] /= l
+			m.store(s.Out, yOff+i*yStride+d, val{f: float64(out[d])})
+		}
+		if s.Extra != nil {
+			qOff, qStride, dOff, dStride := ev[10], ev[11], ev[12], ev[13]
+			for b0 := 0; b0 < sh.HD; b0 += 32 {
+				d, q := quantQ8_0Block(out[b0 : b0+32])
+				m.store(s.Extra[1], dOff+i*dStride+b0/32, val{f: float64(d)})
+				for j, v := range q {
+					m.store(s.Extra[0], qOff+i*qStride+b0+j, val{i: int64(uint8(v))})
+				}
+			}
 		}
 	}
+}
+
+// quantQ8_0Block quantizes 32 values as kernels/ops' QuantizeQ8_0 does (x86
+// rounding): d = f16(amax/127), q = round_even(v·127/amax), all zero for
+// a zero block.
+func quantQ8_0Block(v []float32) (float32, [32]int8) {
+	var amax float32
+	for _, x := range v {
+		amax = max(amax, x, -x)
+	}
+	d := F16ToF32(F32ToF16(amax / 127))
+	var id float32
+	if amax != 0 {
+		id = 127 / amax
+	}
+	var q [32]int8
+	for j, x := range v {
+		p := float32(x * id)
+		q[j] = int8(float32(p+12582912) - 12582912)
+	}
+	return d, q
 }

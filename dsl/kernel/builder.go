@@ -131,6 +131,7 @@ type Stmt struct {
 	Attn  *AttnShape
 	Buf3  *Buf
 	Out   *Buf
+	Extra []*Buf // further outputs (a block attention's quants and scales)
 
 	fixed bool // a loop an Order lowered (its step is its lane count): Split and Unroll leave it
 }

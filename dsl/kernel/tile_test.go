@@ -156,7 +156,7 @@ func TestBlockAttentionBuildErrors(t *testing.T) {
 			st := func() {
 				b.BlockAttention(sh, k.TileOperand{Buf: q, Off: k.I(0), Stride: k.I(64), Rows: k.I(1)},
 					k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(64)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(64)},
-					k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(64)}, k.I(1), scale)
+					k.TileOperand{Buf: y, Off: k.I(0), Stride: k.I(64)}, k.I(1), scale, nil)
 			}
 			if inside {
 				b.ParallelFor("c", 0, 1, func(k.Expr) { st() })

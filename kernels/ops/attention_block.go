@@ -35,20 +35,37 @@ func AttentionBlock(hd int) *k.Kernel { return AttentionBlockWarps(hd, AttnBlock
 
 // AttentionBlockWarps is AttentionBlock with CTAs of warps warps (kernel
 // AttentionBlockD<hd>W<warps> unless warps is AttnBlockWarps).
-func AttentionBlockWarps(hd, warps int) *k.Kernel {
+func AttentionBlockWarps(hd, warps int) *k.Kernel { return attentionBlock(hd, warps, false) }
+
+// AttentionBlockQ8_0 is AttentionBlockWarps that also quantizes its output
+// as QuantizeQ8_0 does, AttentionBlockD<hd>W<warps>Q8_0(q []float32, kc, vc
+// []uint16, step []int32, y []float32, xq []byte, xd []float32, heads,
+// group, kvDim int, scale float32) (kernel.AttnQuant: a Q8_0 block is 4
+// tiles of a row's quad of lanes), so the o projection's quantizer needs
+// no launch of its own. hd is a multiple of 32.
+func AttentionBlockQ8_0(hd, warps int) *k.Kernel { return attentionBlock(hd, warps, true) }
+
+func attentionBlock(hd, warps int, q8 bool) *k.Kernel {
 	if !AttnBlockWidth(hd) {
 		panic(fmt.Sprintf("AttentionBlock: head width %d", hd))
 	}
 	sh := k.AttnShape{Warps: warps, HD: hd}
 	R := sh.Rows()
 	name := fmt.Sprintf("AttentionBlockD%d", hd)
-	if warps != AttnBlockWarps {
+	if warps != AttnBlockWarps || q8 {
 		name += fmt.Sprintf("W%d", warps)
+	}
+	if q8 {
+		name += "Q8_0"
 	}
 	b := k.New(name)
 	b.Doc(fmt.Sprintf("attends %d rows of one head per CTA over the cache in blocks of %d positions, on the tensor cores.", R, k.AttnBlock))
 	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
 	step, y := b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	var xq, xd *k.Buf
+	if q8 {
+		xq, xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	}
 	heads, group, dim := b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
 	scale := b.Scalar("scale", k.F32)
 	qd := b.Let("qd", heads.Mul(hd))
@@ -60,11 +77,16 @@ func AttentionBlockWarps(hd, warps int) *k.Kernel {
 		kvo := b.Let("kvo", h.Div(group).Mul(hd))
 		qo := b.Let("qo", r0.Mul(qd).Add(h.Mul(hd)))
 		first := b.Let("first", step.At(1).Cvt(k.Int).Add(r0).Add(1)) // positions row r0 attends to
+		var quant *k.AttnQuant
+		if q8 {
+			quant = &k.AttnQuant{Quants: k.TileOperand{Buf: xq, Off: qo, Stride: qd},
+				Scales: k.TileOperand{Buf: xd, Off: qo.Div(32), Stride: qd.Div(32)}}
+		}
 		b.BlockAttention(sh,
 			k.TileOperand{Buf: q, Off: qo, Stride: qd, Rows: rows.Sub(r0)},
 			k.TileOperand{Buf: kc, Off: kvo, Stride: dim},
 			k.TileOperand{Buf: vc, Off: kvo, Stride: dim},
-			k.TileOperand{Buf: y, Off: qo, Stride: qd}, first, scale)
+			k.TileOperand{Buf: y, Off: qo, Stride: qd}, first, scale, quant)
 	})
 	return b.MustBuild()
 }

@@ -41,6 +41,20 @@ func TestAttentionBlockMatchesReference(t *testing.T) {
 			if err := k.Run(ops.AttentionBlock(hd), q, kc, vc, step, blk, heads, group, dim, c.scale); err != nil {
 				t.Fatal(err)
 			}
+			// the Q8_0 form: the same outputs, and QuantizeQ8_0's quants of them
+			y8, xq, xd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/32)
+			if err := k.Run(ops.AttentionBlockQ8_0(hd, 1), q, kc, vc, step, y8, xq, xd, heads, group, dim, c.scale); err != nil {
+				t.Fatal(err)
+			}
+			wq, wd := make([]byte, len(q)), make([]float32, len(q)/32)
+			if err := k.Run(ops.QuantizeQ8_0(), y8, wq, wd); err != nil {
+				t.Fatal(err)
+			}
+			for i := range y8 {
+				if y8[i] != blk[i] || xq[i] != wq[i] || xd[i/32] != wd[i/32] {
+					t.Fatalf("AttentionBlockQ8_0 value %d: %v, quant %d scale %v; want %v, %d, %v", i, y8[i], int8(xq[i]), xd[i/32], blk[i], int8(wq[i]), wd[i/32])
+				}
+			}
 			var worst float64
 			for i, w := range want {
 				worst = math.Max(worst, math.Abs(float64(blk[i])-w))

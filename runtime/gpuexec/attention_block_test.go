@@ -23,7 +23,8 @@ func TestGPUAttentionBlock(t *testing.T) {
 	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
 	blocks := map[int]*kernel.Kernel{64: ops.AttentionBlock(64), 128: ops.AttentionBlock(128)}
 	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}
-	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128])
+	q8s := map[int]*kernel.Kernel{64: ops.AttentionBlockQ8_0(64, 1), 128: ops.AttentionBlockQ8_0(128, 1)}
+	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128])
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, sh := range []struct {
 		name                          string
@@ -79,6 +80,9 @@ func TestGPUAttentionBlock(t *testing.T) {
 		if bworst > 1e-3 || math.IsNaN(bworst) {
 			t.Errorf("%s, %d rows at position %d: AttentionBlock differs from the reference by %.3g", sh.name, sh.rows, sh.pos, bworst)
 		}
+		if sh.rows == 1 {
+			checkAttnQ8_0(t, c, s, mod, tg, q8s[sh.hd], yd, []cuda.Buffer{qd, kd, vd, stepd}, len(q), len(kc), sh.heads, group, dim, scale)
+		}
 		runSplit, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
 			attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
 			sh.hd, sh.heads, group, dim, ctx, ops.AttnSplitChunks, scale)
@@ -87,6 +91,63 @@ func TestGPUAttentionBlock(t *testing.T) {
 		t.Logf("%s heads, %d rows at position %d: %s %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, bk.Name, bu, bworst, su)
 		for _, b := range []cuda.Buffer{qd, kd, vd, stepd, yd, sd, pd} {
 			b.Free()
+		}
+	}
+}
+
+// checkAttnQ8_0 runs AttentionBlockQ8_0 on the step of the buffers given
+// (q, kc, vc, step) and checks its output equals y's (AttentionBlock's)
+// and its quants and scales QuantizeQ8_0's of that output, bit for bit.
+func checkAttnQ8_0(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Module, tg ptx.Target, k *kernel.Kernel, y cuda.Buffer, in []cuda.Buffer, nq, nkv, heads, group, dim int, scale float32) {
+	t.Helper()
+	want := make([]byte, 4*nq)
+	if err := y.Download(want); err != nil {
+		t.Fatal(err)
+	}
+	y8, xq, xd := zeroed(t, c, 4*nq), zeroed(t, c, nq), zeroed(t, c, 4*nq/32)
+	defer y8.Free()
+	defer xq.Free()
+	defer xd.Free()
+	a := cuda.NewArgs(18)
+	for i, b := range []struct {
+		p cuda.Buffer
+		n int
+	}{{in[0], nq}, {in[1], nkv}, {in[2], nkv}, {in[3], 2}, {y8, nq}, {xq, nq}, {xd, nq / 32}} {
+		a.Set(2*i, b.p.Ptr)
+		a.Set(2*i+1, uint64(b.n))
+	}
+	a.Set(14, uint64(heads))
+	a.Set(15, uint64(group))
+	a.Set(16, uint64(dim))
+	a.Set(17, uint64(math.Float32bits(scale)))
+	launcher(t, mod, tg, s, k, a, ptx.Elems(nq), ptx.Elems(nkv), ptx.Elems(nkv), ptx.Elems(2), ptx.Elems(nq), ptx.Elems(nq), ptx.Elems(nq/32), heads, group, dim, scale)()
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	got, gq, gd := make([]byte, 4*nq), make([]byte, nq), make([]byte, 4*nq/32)
+	for _, d := range []struct {
+		b   cuda.Buffer
+		dst []byte
+	}{{y8, got}, {xq, gq}, {xd, gd}} {
+		if err := d.b.Download(d.dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wq, wd := make([]byte, nq), make([]float32, nq/32)
+	if err := kernel.Run(ops.QuantizeQ8_0(), f32sFrom(got), wq, wd); err != nil {
+		t.Fatal(err)
+	}
+	// the same attention as AttentionBlock's (ptxas may schedule the two
+	// kernels' sums apart), quantized exactly as QuantizeQ8_0 quantizes it
+	wy, gy, scales := f32sFrom(want), f32sFrom(got), f32sFrom(gd)
+	for i, v := range gy {
+		if math.Abs(float64(v)-float64(wy[i])) > 1e-5 || math.IsNaN(float64(v)) {
+			t.Fatalf("%s value %d: %v, AttentionBlock's %v", k.Name, i, v, wy[i])
+		}
+	}
+	for i := range wq {
+		if gq[i] != wq[i] || scales[i/32] != wd[i/32] {
+			t.Fatalf("%s value %d: quant %d scale %v, QuantizeQ8_0's %d %v", k.Name, i, int8(gq[i]), scales[i/32], int8(wq[i]), wd[i/32])
 		}
 	}
 }

@@ -673,6 +673,15 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					if rows == 1 {
 						warps = 1
 					}
+					if qn, qmk, qk := quantizedBy(i); rows == 1 && qk == 32 && hd%32 == 0 {
+						// every reader quantizes the output to Q8_0: the
+						// attention does (a block is 4 tiles of a row's quad)
+						xq, xd := actQuants(n.Cols, qk)
+						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
+						p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
+						normQuant = &rounding{cached(qn, qmk), out[i]}
+						break
+					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
 					p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
 					break

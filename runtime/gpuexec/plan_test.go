@@ -456,6 +456,42 @@ func TestStackedMatVecs(t *testing.T) {
 	}
 }
 
+// With AttentionBlock in one-row steps (whatever the heads) the attention
+// quantizes its output for the o projection where that is Q8_0's (qwen3's
+// Q8_0 synth: one quantizer a block left, the SwiGLU's), and the plan,
+// interpreted, still generates what the CPU runner generates.
+func TestDecodeAttentionBlock(t *testing.T) {
+	defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
+	decodeBlockHeads = 1
+	name := "synth:qwen3-0.6b/Q8_0"
+	m := loadModel(t, name)
+	p, err := newPlan(m, 64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := m.Graph.Hyper.Int("block_count")
+	count := map[string]int{}
+	for _, l := range p.launches {
+		switch {
+		case strings.HasPrefix(l.k.Name, "AttentionBlock") && strings.HasSuffix(l.k.Name, "Q8_0"):
+			count["attention"]++
+		case strings.HasPrefix(l.k.Name, "AttentionSplit"):
+			count["split"]++
+		case l.k.Name == "QuantizeQ8_0":
+			count["quantize"]++
+		}
+	}
+	if count["attention"] != layers || count["split"] != 0 || count["quantize"] != layers {
+		t.Errorf("decode step: %v, want %d quantizing block attentions, no split, %d quantizers (the SwiGLU's)", count, layers, layers)
+	}
+	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	agree(t, cpu, newHostExec(p), 4, tolerance(name))
+}
+
 // Every kernel the runner needs for the test models renders for sm_90, as
 // one module, and its launch plan is a grid (or a one-thread kernel).
 func TestKernelsRender(t *testing.T) {

@@ -31,12 +31,17 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.smem = true
 	blockBytes := kernel.AttnBlock * pitch
 	stage := 2 * blockBytes
-	args := make([]string, len(s.Args)-1)
-	for i, a := range s.Args[:len(args)] {
+	// Args: ten Ints, the scale, then the Q8_0 output's four Ints
+	args := make([]string, 10)
+	for i, a := range s.Args[:10] {
 		args[i] = f.r64(a)
 	}
 	scale := f.reg(cF32)
-	f.ins("mul.f32 %s, %s, 0f3FB8AA3B", scale, f.expr(s.Args[len(args)])) // log2 e
+	f.ins("mul.f32 %s, %s, 0f3FB8AA3B", scale, f.expr(s.Args[10])) // log2 e
+	var qargs []string
+	for _, a := range s.Args[11:] {
+		qargs = append(qargs, f.r64(a))
+	}
 	qb, kb, vb, yb := f.buf(s.Buf), f.buf(s.Buf2), f.buf(s.Buf3), f.buf(s.Out)
 	if qb == nil || kb == nil || vb == nil || yb == nil {
 		return
@@ -301,12 +306,78 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		f.ins("shl.b64 %s, %s, 2", addr, addr)
 		f.ins("add.s64 %s, %s, %s", addr, yb.addr, addr)
 		inv := []string{lA, lB}[h]
+		vals := make([][2]string, len(o))
 		for n := range o {
 			x0, x1 := f.reg(cF32), f.reg(cF32)
 			f.ins("mul.f32 %s, %s, %s", x0, o[n][2*h], inv)
 			f.ins("mul.f32 %s, %s, %s", x1, o[n][2*h+1], inv)
 			f.ins("@%s st.global.v2.f32 [%s+%d], {%s, %s}", ok, addr, 32*n, x0, x1)
+			vals[n] = [2]string{x0, x1}
+		}
+		if s.Extra != nil {
+			f.attnQuant(s, qargs, r, ok, t4, vals)
 		}
 	}
 	f.ins("bar.sync 0") // the other threads may read these rows next
+}
+
+// attnQuant stores a row's values as Q8_0 blocks (kernel.AttnQuant): block
+// b is tiles 4b..4b+3, 8 values a lane of the row's quad; the quad's
+// maximum by shfl.bfly, then QuantizeQ8_0's arithmetic (d = f16(amax/127),
+// q = round_even(v·(127/amax)), each step rounded as the IR rounds it);
+// lane t stores its values' quants as byte pairs at 8n + 2t, lane 0 the
+// block's scale.
+func (f *fn) attnQuant(s *kernel.Stmt, qargs []string, row, ok, t4 string, vals [][2]string) {
+	qb, db := f.buf(s.Extra[0]), f.buf(s.Extra[1])
+	if qb == nil || db == nil {
+		return
+	}
+	qaddr, daddr, tc := f.reg(c64), f.reg(c64), f.reg(c64)
+	f.ins("mad.lo.s64 %s, %s, %s, %s", qaddr, row, qargs[1], qargs[0])
+	f.ins("cvt.u64.u32 %s, %s", tc, t4)
+	f.ins("shl.b64 %s, %s, 1", tc, tc)
+	f.ins("add.s64 %s, %s, %s", qaddr, qaddr, tc)
+	f.ins("add.s64 %s, %s, %s", qaddr, qb.addr, qaddr)
+	f.ins("mad.lo.s64 %s, %s, %s, %s", daddr, row, qargs[3], qargs[2])
+	f.ins("shl.b64 %s, %s, 2", daddr, daddr)
+	f.ins("add.s64 %s, %s, %s", daddr, db.addr, daddr)
+	first := f.reg(cPred)
+	f.ins("setp.eq.and.u32 %s, %s, 0, %s", first, t4, ok)
+	for b := range len(vals) / 4 {
+		amax := f.reg(cF32)
+		f.ins("mov.f32 %s, 0f00000000", amax)
+		for n := 4 * b; n < 4*b+4; n++ {
+			for _, v := range vals[n] {
+				a := f.reg(cF32)
+				f.ins("abs.f32 %s, %s", a, v)
+				f.ins("max.f32 %s, %s, %s", amax, amax, a)
+			}
+		}
+		for _, sh := range []int{1, 2} {
+			o := f.reg(cF32)
+			f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, amax, sh)
+			f.ins("max.f32 %s, %s, %s", amax, amax, o)
+		}
+		d, h, id := f.reg(cF32), f.reg(c16), f.reg(cF32)
+		f.ins("div.rn.f32 %s, %s, 0f42FE0000", d, amax) // amax/127
+		f.ins("cvt.rn.f16.f32 %s, %s", h, d)
+		f.ins("cvt.f32.f16 %s, %s", d, h)
+		f.ins("@%s st.global.f32 [%s+%d], %s", first, daddr, 4*b, d)
+		nz := f.reg(cPred)
+		f.ins("div.rn.f32 %s, 0f42FE0000, %s", id, amax) // 127/amax
+		f.ins("setp.ne.f32 %s, %s, 0f00000000", nz, amax)
+		f.ins("selp.f32 %s, %s, 0f00000000, %s", id, id, nz)
+		for n := 4 * b; n < 4*b+4; n++ {
+			var q [2]string
+			for e, v := range vals[n] {
+				p := f.reg(cF32)
+				q[e] = f.reg(c32)
+				f.ins("mul.rn.f32 %s, %s, %s", p, v, id)
+				f.ins("cvt.rni.s32.f32 %s, %s", q[e], p)
+			}
+			pair := f.reg(c32)
+			f.ins("prmt.b32 %s, %s, %s, 0x40", pair, q[0], q[1]) // low bytes: q0, q1
+			f.ins("@%s st.global.u16 [%s+%d], %s", ok, qaddr, 8*n, pair)
+		}
+	}
 }

@@ -86,7 +86,7 @@ func TestBlockAttentionRenders(t *testing.T) {
 		b.BlockAttention(k.AttnShape{Warps: 4, HD: hd},
 			k.TileOperand{Buf: q, Off: c.Mul(64 * hd), Stride: k.I(hd), Rows: k.I(64)},
 			k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(hd)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(hd)},
-			k.TileOperand{Buf: y, Off: c.Mul(64 * hd), Stride: k.I(hd)}, c.Mul(64).Add(1), k.F(0.125))
+			k.TileOperand{Buf: y, Off: c.Mul(64 * hd), Stride: k.I(hd)}, c.Mul(64).Add(1), k.F(0.125), nil)
 	})
 	src, l := renderSM90(t, b.MustBuild())
 	if want := 2 * 2 * k.AttnBlock * (2*hd + 16); l.Group != 128 || l.Shared != want {
@@ -108,6 +108,31 @@ func TestBlockAttentionRenders(t *testing.T) {
 		"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": 2*hd/16*4 + 2*4*hd/16, "ex2.approx.ftz.f32": 2 + 32,
 		"shfl.sync.bfly.b32": 8, "cp.async.cg.shared.global": 2 * 2 * 4, "st.global.v2.f32": 2 * hd / 8,
 	} {
+		if got := strings.Count(src, ins); got != want {
+			t.Errorf("%s: %d, want %d", ins, got, want)
+		}
+	}
+}
+
+// A block attention's Q8_0 output: per block a quad maximum, the scale by
+// lane 0, the quants as byte pairs.
+func TestBlockAttentionQ8_0Renders(t *testing.T) {
+	const hd = 64
+	b := k.New("attnq")
+	q, kc, vc, y := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16), b.Buffer("y", k.F32)
+	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	b.ParallelFor("c", 0, 4, func(c k.Expr) {
+		b.BlockAttention(k.AttnShape{Warps: 1, HD: hd},
+			k.TileOperand{Buf: q, Off: c.Mul(hd), Stride: k.I(4 * hd), Rows: k.I(1)},
+			k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(hd)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(hd)},
+			k.TileOperand{Buf: y, Off: c.Mul(hd), Stride: k.I(4 * hd)}, k.I(9), k.F(0.125),
+			&k.AttnQuant{Quants: k.TileOperand{Buf: xq, Off: c.Mul(hd), Stride: k.I(4 * hd)}, Scales: k.TileOperand{Buf: xd, Off: c.Mul(hd / 32), Stride: k.I(4 * hd / 32)}})
+	})
+	src, _ := renderSM90(t, b.MustBuild())
+	// two rows a lane (g and g+8), hd/32 blocks each: 2 shuffles a block,
+	// a scale, 4 tiles of byte pairs
+	blocks := 2 * hd / 32
+	for ins, want := range map[string]int{"cvt.rni.s32.f32": blocks * 8, "st.global.u16": blocks * 4, "cvt.rn.f16.f32": blocks, "st.global.f32": blocks} {
 		if got := strings.Count(src, ins); got != want {
 			t.Errorf("%s: %d, want %d", ins, got, want)
 		}
