@@ -333,9 +333,13 @@ func (m *matmul) block(j0, j1, i0, i1 int) {
 		// share each weight row's read through the small tiles; the rest
 		// get the whole weight block against each activation row, one
 		// call apiece.
+		pf := m.p.Prefetch
+		if pf == 0 { // untuned (batches, older caches): the kernels' default
+			pf = cpukern.DefaultPrefetch
+		}
 		for i := m.small(j0, j1, i0, i1); i < i1; i++ {
 			yr := (i - ylo) * out
-			k.rows(in, wd[j0*wrb:j1*wrb], wrb, q[(i-lo)*qrb:(i-lo+1)*qrb], y[yr+j0:yr+j1])
+			k.rows(in, wd[j0*wrb:j1*wrb], wrb, q[(i-lo)*qrb:(i-lo+1)*qrb], y[yr+j0:yr+j1], pf)
 		}
 		return
 	}
@@ -399,6 +403,11 @@ func (m *matmul) space(rows int) tune.Space {
 		// at least four per worker keep the split balanced.
 		d.Rows = min(max(128<<10/m.wrb, 1), (m.out+4*workers-1)/(4*workers))
 		d.XRows = 1
+		if k.rows != nil {
+			// the rows kernels' prefetch distance, measured with the rest
+			d.Prefetch = cpukern.DefaultPrefetch
+			s.Prefetches = []int{512, 1024, 4096, 8192}
+		}
 		return s
 	}
 	d.Rows = max(64<<10/m.wrb, 1)

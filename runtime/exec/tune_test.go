@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jitllm/jitllm/kernels/quant"
@@ -64,8 +65,13 @@ func TestTuneKeepsResults(t *testing.T) {
 			if c := tune.At(dir); c.Len() == 0 {
 				t.Fatal("no choices recorded")
 			}
-			if b, _ := os.ReadFile(files[0]); len(b) == 0 {
+			b, _ := os.ReadFile(files[0])
+			if len(b) == 0 {
 				t.Fatal("empty cache file")
+			}
+			// the K-quant decode rows kernels' prefetch distance is a choice
+			if strings.Contains(model, "Q4_K") && !strings.Contains(string(b), `"prefetch"`) {
+				t.Errorf("no prefetch distance chosen: %s", b)
 			}
 		})
 	}

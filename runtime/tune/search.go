@@ -8,6 +8,9 @@ type Space struct {
 	MaxRows    int    // the op's weight rows
 	MaxXRows   int    // the op's activation rows (1: decode, XRows is not searched)
 	MaxWorkers int
+	// Prefetches are the prefetch distances to try beside Def.Prefetch
+	// (the kernel's decode rows prefetch weights; empty: not searched)
+	Prefetches []int
 }
 
 // Candidates lists the parameters to measure for mode, the default first,
@@ -38,25 +41,31 @@ func (s Space) Candidates(mode Mode) []Params {
 	scale := func(v int, f float64) int { return max(1, int(float64(v)*f+0.5)) }
 	if mode == Quick {
 		for _, f := range rowF {
-			add(Params{Rows: scale(def.Rows, f), XRows: def.XRows, Workers: def.Workers})
+			add(Params{Rows: scale(def.Rows, f), XRows: def.XRows, Workers: def.Workers, Prefetch: def.Prefetch})
 		}
 		if s.MaxXRows > 1 {
 			for _, f := range xF {
-				add(Params{Rows: def.Rows, XRows: scale(def.XRows, f), Workers: def.Workers})
+				add(Params{Rows: def.Rows, XRows: scale(def.XRows, f), Workers: def.Workers, Prefetch: def.Prefetch})
 			}
 		}
 		for _, w := range workers[1:] {
-			add(Params{Rows: def.Rows, XRows: def.XRows, Workers: w})
+			add(Params{Rows: def.Rows, XRows: def.XRows, Workers: w, Prefetch: def.Prefetch})
+		}
+		for _, pf := range s.Prefetches {
+			add(Params{Rows: def.Rows, XRows: def.XRows, Workers: def.Workers, Prefetch: pf})
 		}
 		return out
 	}
 	if s.MaxXRows <= 1 {
 		xF = []float64{1}
 	}
+	prefetches := append([]int{def.Prefetch}, s.Prefetches...)
 	for _, w := range workers {
 		for _, rf := range rowF {
 			for _, xf := range xF {
-				add(Params{Rows: scale(def.Rows, rf), XRows: scale(def.XRows, xf), Workers: w})
+				for _, pf := range prefetches {
+					add(Params{Rows: scale(def.Rows, rf), XRows: scale(def.XRows, xf), Workers: w, Prefetch: pf})
+				}
 			}
 		}
 	}

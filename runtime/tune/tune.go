@@ -72,9 +72,10 @@ func (m *Mode) Type() string { return "off|quick|full" }
 // Params are the tunable parameters of one op shape. Zero fields mean the
 // op's default.
 type Params struct {
-	Rows    int `json:"rows"`    // weight (output) rows per task
-	XRows   int `json:"xrows"`   // activation rows per block (batches)
-	Workers int `json:"workers"` // workers the op runs on
+	Rows     int `json:"rows"`               // weight (output) rows per task
+	XRows    int `json:"xrows"`              // activation rows per block (batches)
+	Workers  int `json:"workers"`            // workers the op runs on
+	Prefetch int `json:"prefetch,omitempty"` // bytes ahead the kernel prefetches weights (decode rows kernels; 0: its default)
 }
 
 // Shape identifies one tuned op: its kind, the kernel that runs it, and

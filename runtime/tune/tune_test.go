@@ -125,9 +125,27 @@ func TestCandidates(t *testing.T) {
 	}
 	dec := Space{Def: Params{Rows: 8, Workers: 2}, MaxRows: 64, MaxXRows: 1, MaxWorkers: 2}
 	for _, p := range dec.Candidates(Full) {
-		if p.XRows != 1 {
+		if p.XRows != 1 || p.Prefetch != 0 {
 			t.Fatalf("decode candidate %+v", p)
 		}
+	}
+	// a rows kernel's prefetch distance: each one tried in both modes, the
+	// default first, with the other parameters at theirs in quick
+	dec.Def.Prefetch, dec.Prefetches = 2048, []int{1024, 4096}
+	for _, mode := range []Mode{Quick, Full} {
+		tried := map[int]bool{}
+		for _, p := range dec.Candidates(mode) {
+			tried[p.Prefetch] = true
+			if mode == Quick && p.Prefetch != 2048 && (p.Rows != 8 || p.Workers != 2) {
+				t.Errorf("quick: %+v moves more than the prefetch", p)
+			}
+		}
+		if c := dec.Candidates(mode)[0]; c.Prefetch != 2048 || len(tried) != 3 {
+			t.Errorf("%s: default %+v, distances tried %v", mode, c, tried)
+		}
+	}
+	if off := dec.Candidates(Off); len(off) != 1 || off[0].Prefetch != 2048 {
+		t.Errorf("off: %+v", off)
 	}
 }
 

@@ -69,24 +69,24 @@ const (
 	q4kr8RowsVNNIID
 )
 
-func callRows(f asmRows, nb int, w *byte, wstride int, x *byte, rows int, out *float32) {
+func callRows(f asmRows, nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int) {
 	switch f {
 	case q4kRowsAVX2ID:
-		q4kRowsAVX2(nb, w, wstride, x, rows, out)
+		q4kRowsAVX2(nb, w, wstride, x, rows, out, pf)
 	case q5kRowsAVX2ID:
-		q5kRowsAVX2(nb, w, wstride, x, rows, out)
+		q5kRowsAVX2(nb, w, wstride, x, rows, out, pf)
 	case q6kRowsAVX2ID:
-		q6kRowsAVX2(nb, w, wstride, x, rows, out)
+		q6kRowsAVX2(nb, w, wstride, x, rows, out, pf)
 	case q4kr8RowsAVX2ID:
-		q4kr8RowsAVX2(nb, w, wstride, x, rows, out)
+		q4kr8RowsAVX2(nb, w, wstride, x, rows, out, pf)
 	case q4kRowsVNNIID:
-		q4kRowsVNNI(nb, w, wstride, x, rows, out)
+		q4kRowsVNNI(nb, w, wstride, x, rows, out, pf)
 	case q5kRowsVNNIID:
-		q5kRowsVNNI(nb, w, wstride, x, rows, out)
+		q5kRowsVNNI(nb, w, wstride, x, rows, out, pf)
 	case q6kRowsVNNIID:
-		q6kRowsVNNI(nb, w, wstride, x, rows, out)
+		q6kRowsVNNI(nb, w, wstride, x, rows, out, pf)
 	case q4kr8RowsVNNIID:
-		q4kr8RowsVNNI(nb, w, wstride, x, rows, out)
+		q4kr8RowsVNNI(nb, w, wstride, x, rows, out, pf)
 	default:
 		panic(fmt.Sprintf("kquant: no rows kernel %d", f))
 	}
@@ -291,7 +291,7 @@ func tileFunc(k kind, f asmDot, tx int) cpukern.Tile {
 }
 
 func rowsFunc(k kind) cpukern.Rows {
-	return func(n int, w []byte, wstride int, x []byte, out []float32) {
+	return func(n int, w []byte, wstride int, x []byte, out []float32, pf int) {
 		rows := len(out)
 		if rows == 0 {
 			return // no rows: nothing to read
@@ -306,7 +306,7 @@ func rowsFunc(k kind) cpukern.Rows {
 			clear(out)
 			return
 		}
-		callRows(k.rows, nb, &w[0], wstride, &x[0], rows, &out[0])
+		callRows(k.rows, nb, &w[0], wstride, &x[0], rows, &out[0], pf)
 	}
 }
 

@@ -239,7 +239,10 @@ func TestRowsMatchesCpugen(t *testing.T) {
 						x := activations(n, r)
 						out := make([]float32, rows+1)
 						out[rows] = 42
-						k.Rows(n, w, wstride, x, out[:rows])
+						// a prefetch distance changes no result: none, a
+						// line, the default, far past the matrix
+						pf := []int{0, 64, cpukern.DefaultPrefetch, 1 << 20}[(n/qk+rows)%4]
+						k.Rows(n, w, wstride, x, out[:rows], pf)
 						if out[rows] != 42 {
 							t.Fatalf("n=%d rows=%d: wrote past out", n, rows)
 						}
@@ -252,7 +255,7 @@ func TestRowsMatchesCpugen(t *testing.T) {
 						}
 					}
 				}
-				k.Rows(256, nil, 0, make([]byte, q8kBytes), nil) // no rows: nothing read
+				k.Rows(256, nil, 0, make([]byte, q8kBytes), nil, cpukern.DefaultPrefetch) // no rows: nothing read
 			})
 		}
 	}
@@ -269,10 +272,10 @@ func TestShortRowsPanic(t *testing.T) {
 					k.Tile(256, make([]byte, o.blk.Bytes), o.blk.Bytes, make([]byte, q8kBytes), q8kBytes, make([]float32, 8), 1)
 				},
 				func() { // the second row short
-					k.Rows(256, make([]byte, 2*o.blk.Bytes-1), o.blk.Bytes, make([]byte, q8kBytes), make([]float32, 2))
+					k.Rows(256, make([]byte, 2*o.blk.Bytes-1), o.blk.Bytes, make([]byte, q8kBytes), make([]float32, 2), cpukern.DefaultPrefetch)
 				},
 				func() { // a stride below a row
-					k.Rows(512, make([]byte, 4*o.blk.Bytes), o.blk.Bytes, make([]byte, 2*q8kBytes), make([]float32, 2))
+					k.Rows(512, make([]byte, 4*o.blk.Bytes), o.blk.Bytes, make([]byte, 2*q8kBytes), make([]float32, 2), cpukern.DefaultPrefetch)
 				},
 			} {
 				fs = append(fs, f)
@@ -517,7 +520,7 @@ func TestNoAllocations(t *testing.T) {
 					t.Errorf("%s/%s 1×%d tile: %v allocations a call", order, k.ISA, sm.X, a)
 				}
 			}
-			if a := testing.AllocsPerRun(50, func() { k.Rows(n, w, len(w)/2, x, out[:1]) }); a != 0 {
+			if a := testing.AllocsPerRun(50, func() { k.Rows(n, w, len(w)/2, x, out[:1], cpukern.DefaultPrefetch) }); a != 0 {
 				t.Errorf("%s/%s Rows: %v allocations a call", order, k.ISA, a)
 			}
 		}
@@ -540,7 +543,7 @@ func BenchmarkRows(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/n=%d/rows=%d/%s", o.name, n, rows, k.ISA), func(b *testing.B) {
 					b.SetBytes(int64(len(w)))
 					for b.Loop() {
-						k.Rows(n, w, n/qk*o.blk.Bytes, x, out)
+						k.Rows(n, w, n/qk*o.blk.Bytes, x, out, cpukern.DefaultPrefetch)
 					}
 				})
 			}

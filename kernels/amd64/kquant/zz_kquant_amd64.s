@@ -8954,9 +8954,9 @@ q6kDot2VNNI_done:
 	VZEROUPPER
 	RET
 
-// func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·q4kRowsAVX2(SB), NOSPLIT, $48-48
+TEXT ·q4kRowsAVX2(SB), NOSPLIT, $48-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -8974,9 +8974,10 @@ q4kRowsAVX2_row:
 	JZ      q4kRowsAVX2_done
 
 q4kRowsAVX2_blk:
-	PREFETCHT0   2048(SI)
-	PREFETCHT0   2112(SI)
-	PREFETCHT0   2176(SI)
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
 	MOVL         4(SI), R8
 	MOVL         8(SI), R9
 	MOVL         12(SI), R10
@@ -9105,9 +9106,9 @@ q4kRowsAVX2_end:
 	VZEROUPPER
 	RET
 
-// func q5kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q5kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·q5kRowsAVX2(SB), NOSPLIT, $48-48
+TEXT ·q5kRowsAVX2(SB), NOSPLIT, $48-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9125,9 +9126,10 @@ q5kRowsAVX2_row:
 	JZ      q5kRowsAVX2_done
 
 q5kRowsAVX2_blk:
-	PREFETCHT0   2048(SI)
-	PREFETCHT0   2112(SI)
-	PREFETCHT0   2176(SI)
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
 	MOVL         4(SI), R8
 	MOVL         8(SI), R9
 	MOVL         12(SI), R10
@@ -9294,9 +9296,9 @@ q5kRowsAVX2_end:
 	VZEROUPPER
 	RET
 
-// func q4kr8RowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q4kr8RowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·q4kr8RowsAVX2(SB), NOSPLIT, $48-48
+TEXT ·q4kr8RowsAVX2(SB), NOSPLIT, $48-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9314,9 +9316,10 @@ q4kr8RowsAVX2_row:
 	JZ      q4kr8RowsAVX2_done
 
 q4kr8RowsAVX2_blk:
-	PREFETCHT0   2048(SI)
-	PREFETCHT0   2112(SI)
-	PREFETCHT0   2176(SI)
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
 	MOVL         4(SI), R8
 	MOVL         8(SI), R9
 	MOVL         12(SI), R10
@@ -9441,9 +9444,9 @@ q4kr8RowsAVX2_end:
 	VZEROUPPER
 	RET
 
-// func q6kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q6kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·q6kRowsAVX2(SB), NOSPLIT, $32-48
+TEXT ·q6kRowsAVX2(SB), NOSPLIT, $32-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9461,10 +9464,11 @@ q6kRowsAVX2_row:
 	JZ      q6kRowsAVX2_done
 
 q6kRowsAVX2_blk:
-	PREFETCHT0   2048(SI)
-	PREFETCHT0   2112(SI)
-	PREFETCHT0   2176(SI)
-	PREFETCHT0   2240(SI)
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
+	PREFETCHT0   192(SI)(R8*1)
 	VMOVDQU      192(SI), X1
 	VPXOR        Y2, Y2, Y2
 	VMOVDQU      (SI), Y3
@@ -9616,9 +9620,9 @@ q6kRowsAVX2_end:
 	VZEROUPPER
 	RET
 
-// func q4kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q4kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q4kRowsVNNI(SB), NOSPLIT, $48-48
+TEXT ·q4kRowsVNNI(SB), NOSPLIT, $48-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9638,9 +9642,10 @@ q4kRowsVNNI_row:
 	JZ        q4kRowsVNNI_done
 
 q4kRowsVNNI_blk:
-	PREFETCHT0      2048(SI)
-	PREFETCHT0      2112(SI)
-	PREFETCHT0      2176(SI)
+	MOVQ            pf+48(FP), R8
+	PREFETCHT0      (SI)(R8*1)
+	PREFETCHT0      64(SI)(R8*1)
+	PREFETCHT0      128(SI)(R8*1)
 	MOVL            4(SI), R8
 	MOVL            8(SI), R9
 	MOVL            12(SI), R10
@@ -9750,9 +9755,9 @@ q4kRowsVNNI_end:
 	VZEROUPPER
 	RET
 
-// func q5kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q5kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q5kRowsVNNI(SB), NOSPLIT, $48-48
+TEXT ·q5kRowsVNNI(SB), NOSPLIT, $48-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9772,9 +9777,10 @@ q5kRowsVNNI_row:
 	JZ        q5kRowsVNNI_done
 
 q5kRowsVNNI_blk:
-	PREFETCHT0      2048(SI)
-	PREFETCHT0      2112(SI)
-	PREFETCHT0      2176(SI)
+	MOVQ            pf+48(FP), R8
+	PREFETCHT0      (SI)(R8*1)
+	PREFETCHT0      64(SI)(R8*1)
+	PREFETCHT0      128(SI)(R8*1)
 	MOVL            4(SI), R8
 	MOVL            8(SI), R9
 	MOVL            12(SI), R10
@@ -9903,9 +9909,9 @@ q5kRowsVNNI_end:
 	VZEROUPPER
 	RET
 
-// func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q4kr8RowsVNNI(SB), NOSPLIT, $0-48
+TEXT ·q4kr8RowsVNNI(SB), NOSPLIT, $0-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -9931,9 +9937,10 @@ q4kr8RowsVNNI_row:
 	JZ        q4kr8RowsVNNI_done
 
 q4kr8RowsVNNI_blk:
-	PREFETCHT0      2048(SI)
-	PREFETCHT0      2112(SI)
-	PREFETCHT0      2176(SI)
+	MOVQ            pf+48(FP), R8
+	PREFETCHT0      (SI)(R8*1)
+	PREFETCHT0      64(SI)(R8*1)
+	PREFETCHT0      128(SI)(R8*1)
 	VPMOVZXBW       (SI), Y11
 	VPERMW          Z11, Z3, Z11
 	VPSRLVW         Z4, Z11, Z11
@@ -10001,9 +10008,9 @@ q4kr8RowsVNNI_end:
 	VZEROUPPER
 	RET
 
-// func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+// func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·q6kRowsVNNI(SB), NOSPLIT, $0-48
+TEXT ·q6kRowsVNNI(SB), NOSPLIT, $0-56
 	MOVQ  out+40(FP), AX
 	MOVQ  rows+32(FP), CX
 	MOVQ  w+8(FP), DX
@@ -10029,10 +10036,11 @@ q6kRowsVNNI_row:
 	JZ        q6kRowsVNNI_done
 
 q6kRowsVNNI_blk:
-	PREFETCHT0      2048(SI)
-	PREFETCHT0      2112(SI)
-	PREFETCHT0      2176(SI)
-	PREFETCHT0      2240(SI)
+	MOVQ            pf+48(FP), R8
+	PREFETCHT0      (SI)(R8*1)
+	PREFETCHT0      64(SI)(R8*1)
+	PREFETCHT0      128(SI)(R8*1)
+	PREFETCHT0      192(SI)(R8*1)
 	VPMOVSXBW       192(SI), Y11
 	VMOVDQU64       (SI), Z12
 	VBROADCASTI64X4 128(SI), Z13

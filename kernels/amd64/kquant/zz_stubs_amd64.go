@@ -124,45 +124,45 @@ func q4kr8Dot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 //go:noescape
 func q6kDot2VNNI(nb int, w *byte, x *byte, xstride int, out *float32)
 
-// q4kRowsAVX2 sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q4kRowsAVX2 sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q4kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q5kRowsAVX2 sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q5kRowsAVX2 sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q5kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q5kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q4kr8RowsAVX2 sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q4kr8RowsAVX2 sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q4kr8RowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q4kr8RowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q6kRowsAVX2 sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q6kRowsAVX2 sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q6kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q6kRowsAVX2(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q4kRowsVNNI sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q4kRowsVNNI sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q4kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q4kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q5kRowsVNNI sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q5kRowsVNNI sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q5kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q5kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q4kr8RowsVNNI sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q4kr8RowsVNNI sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
-// q6kRowsVNNI sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x.
+// q6kRowsVNNI sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
 //
 //go:noescape
-func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32)
+func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
 // quantQ8KAVX2 quantizes nb blocks of 256 floats at x into Q8_K blocks at dst.
 //

@@ -167,10 +167,11 @@ func decodeTile(s spec) (spec, bool) {
 // rows is s's cpukern.Rows: the 4×1 decode tile d over each four weight rows
 // (four independent FMA chains and four weight streams where a Dot has one),
 // or d's body over all of them in one call, the Dot for the last rows; every
-// element equals the Dot (TestRowsMatchDot).
+// element equals the Dot (TestRowsMatchDot). These kernels do not prefetch
+// (pf is not used): their rows are read by the hardware prefetcher.
 func (s spec) rows(d spec) cpukern.Rows {
 	tile4, body := d.tile, d.body
-	return func(n int, w []byte, wstride int, x []byte, out []float32) {
+	return func(n int, w []byte, wstride int, x []byte, out []float32, _ int) {
 		rows := len(out)
 		if rows == 0 {
 			return

@@ -255,7 +255,7 @@ func TestRowsMatchDot(t *testing.T) {
 					x := activations(r, s, n, extreme)
 					out := make([]float32, rows+1)
 					out[rows] = -12345.5
-					k.Rows(n, w, ws, x, out[:rows])
+					k.Rows(n, w, ws, x, out[:rows], cpukern.DefaultPrefetch)
 					if out[rows] != -12345.5 {
 						t.Fatalf("n=%d rows=%d: wrote past out", n, rows)
 					}
@@ -269,10 +269,10 @@ func TestRowsMatchDot(t *testing.T) {
 			}
 			n := 64
 			w, x := make([]byte, need(n, s.qk, s.wb)), make([]byte, need(n, s.qk, s.xb))
-			mustPanic(t, "rows: second row short", func() { k.Rows(n, w, len(w), x, make([]float32, 2)) })
-			mustPanic(t, "rows: stride below a row", func() { k.Rows(n, append(w, w...), len(w)-1, x, make([]float32, 2)) })
-			mustPanic(t, "rows: huge stride", func() { k.Rows(n, w, math.MaxInt/2, x, make([]float32, 3)) })
-			mustPanic(t, "rows: short activations", func() { k.Rows(n, w, len(w), x[:len(x)-1], make([]float32, 1)) })
+			mustPanic(t, "rows: second row short", func() { k.Rows(n, w, len(w), x, make([]float32, 2), cpukern.DefaultPrefetch) })
+			mustPanic(t, "rows: stride below a row", func() { k.Rows(n, append(w, w...), len(w)-1, x, make([]float32, 2), cpukern.DefaultPrefetch) })
+			mustPanic(t, "rows: huge stride", func() { k.Rows(n, w, math.MaxInt/2, x, make([]float32, 3), cpukern.DefaultPrefetch) })
+			mustPanic(t, "rows: short activations", func() { k.Rows(n, w, len(w), x[:len(x)-1], make([]float32, 1), cpukern.DefaultPrefetch) })
 		})
 	}
 }
@@ -299,7 +299,7 @@ func TestRowsContiguous(t *testing.T) {
 					}
 					x := activations(r, s, n, rows == 37)
 					out := make([]float32, rows)
-					k.Rows(n, w, wrow, x, out)
+					k.Rows(n, w, wrow, x, out, cpukern.DefaultPrefetch)
 					for j := range out {
 						wj := w[j*wrow : (j+1)*wrow]
 						if d := k.Dot(n, wj, x); !same(out[j], d) {
@@ -628,16 +628,16 @@ func BenchmarkRowsQ8_0(b *testing.B) {
 								i = (i + 1) % copies
 							}
 							if threads == 1 {
-								k.Rows(c.in, w, wrow, x, out)
+								k.Rows(c.in, w, wrow, x, out, cpukern.DefaultPrefetch)
 								continue
 							}
 							h := c.out / 2
 							done := make(chan struct{})
 							go func() {
-								k.Rows(c.in, w[h*wrow:], wrow, x, out[h:])
+								k.Rows(c.in, w[h*wrow:], wrow, x, out[h:], cpukern.DefaultPrefetch)
 								close(done)
 							}()
-							k.Rows(c.in, w, wrow, x, out[:h])
+							k.Rows(c.in, w, wrow, x, out[:h], cpukern.DefaultPrefetch)
 							<-done
 						}
 					})

@@ -273,12 +273,22 @@ var evex bool
 // rows are contiguous, so prefetching past a row's end fetches the next one
 // (the next call). A prefetch never faults, so reading past the matrix is
 // harmless. Measured best in 1-4 KiB on the 2-core AVX-512 host.
+// The rows kernels take the distance as their pf argument instead
+// (runtime/tune measures it per shape; cpukern.DefaultPrefetch is this).
 var prefetchDist = 2048
 
 // prefetchW prefetches the cache lines of one block of b bytes prefetchDist
-// ahead of w (x > 4: the prefill tile rereads the weights from cache; skip).
+// ahead of w, or pf bytes ahead in a rows kernel (x > 4: the prefill tile
+// rereads the weights from cache; skip).
 func prefetchW(w Register, b, x int) {
 	if x > 4 || prefetchDist == 0 {
+		return
+	}
+	if cur != nil {
+		pf := Load(Param("pf"), GP64()) // from the frame each block: no register held across the loop
+		for o := 0; o < b; o += 64 {
+			PREFETCHT0(Mem{Base: w, Index: pf, Scale: 1, Disp: o})
+		}
 		return
 	}
 	for o := 0; o < b; o += 64 {
@@ -294,8 +304,8 @@ var smallX = []int{4, 2}
 const sig = "func(nb int, w *byte, x *byte, xstride int, out *float32)"
 
 // sigRows is the decode kernels' (cpukern.Rows): one activation row
-// against rows weight rows wstride bytes apart.
-const sigRows = "func(nb int, w *byte, wstride int, x *byte, rows int, out *float32)"
+// against rows weight rows wstride bytes apart, prefetching pf bytes ahead.
+const sigRows = "func(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)"
 
 func doc(name, what string, x int) {
 	if isRows(name) {
@@ -304,7 +314,7 @@ func doc(name, what string, x int) {
 		}
 		TEXT(name, NOSPLIT, sigRows)
 		Pragma("noescape")
-		Doc(fmt.Sprintf("%s sets out[j], j < rows, to the %s dot of the nb-super-block weight row w+j*wstride with activation row x.", name, what))
+		Doc(fmt.Sprintf("%s sets out[j], j < rows, to the %s dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.", name, what))
 		return
 	}
 	TEXT(name, NOSPLIT, sig)
