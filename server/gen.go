@@ -114,7 +114,7 @@ func (s *Server) generate(ctx context.Context, m *model, sess *generate.Session,
 
 // request is the runtime's form of spec.
 func (spec *genSpec) request() generate.Request {
-	return generate.Request{Tokens: spec.tokens, MaxTokens: spec.maxTokens, Sampling: spec.params, Constraint: spec.constraint}
+	return generate.Request{Tokens: spec.tokens, MaxTokens: spec.maxTokens, Sampling: spec.params, Constraint: spec.constraint, NeedLogits: spec.logprobs}
 }
 
 // generateForked runs len(sessions) choices of spec from one prefill, the

@@ -71,6 +71,12 @@ type Request struct {
 	// Constraint, when set, makes the constraint of each generation (one
 	// per choice when forked): applied before every sample (constraint.go).
 	Constraint func() Constraint
+	// NeedLogits says the step callback reads Step.Logits (logprobs).
+	// Without it a greedy decode without penalties or constraint takes
+	// each token from the runner's own argmax where it has one (the CUDA
+	// runner's ForwardGreedy: 4 bytes a token back, not the vocabulary's
+	// logits, and no host argmax), and Step.Logits is nil for those tokens.
+	NeedLogits bool
 }
 
 // Result says what a generation did.
@@ -104,6 +110,14 @@ type seqState struct {
 type batched interface {
 	begin()
 	end()
+}
+
+// greedyStepper is a runner that takes a greedy step's argmax itself
+// where Greedy says so: Forward's tokens, returning the least id of the
+// largest logit.
+type greedyStepper interface {
+	Greedy() bool
+	ForwardGreedy(tokens []int32) (int32, error)
 }
 
 // stepper is what a session needs of the runner under it.
@@ -162,7 +176,8 @@ type Step struct {
 	// text the detokenizer held back (Flush).
 	Token int32
 	// Logits are the raw (unpenalized) logits Token was sampled from. They
-	// belong to the runner and are valid only during the callback.
+	// belong to the runner and are valid only during the callback; nil
+	// where the runner chose Token itself (Request.NeedLogits).
 	Logits []float32
 	// Text is the text this token completed (empty while a UTF-8
 	// sequence is still incomplete).
@@ -278,13 +293,21 @@ func (s *Session) decode(ctx context.Context, req Request, sm *sample.Sampler, l
 	var one [1]int32
 	var err error
 	con := newConstrained(req, len(logits))
+	greedy, _ := s.r.(greedyStepper)
+	if greedy != nil && (req.NeedLogits || con != nil || !sm.Argmax() || !greedy.Greedy()) {
+		greedy = nil
+	}
+	chosen := int32(-1) // the runner's argmax for this step, when it took one
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		next, cerr := con.sample(sm, logits)
-		if cerr != nil {
-			return res, cerr
+		next := chosen
+		if next < 0 {
+			var cerr error
+			if next, cerr = con.sample(sm, logits); cerr != nil {
+				return res, cerr
+			}
 		}
 		if tok.IsEOG(next) && !req.IgnoreEOS {
 			res.StopReason = "eos"
@@ -308,7 +331,13 @@ func (s *Session) decode(ctx context.Context, req Request, sm *sample.Sampler, l
 			break
 		}
 		one[0] = next
-		if logits, err = s.r.Forward(one[:]); err != nil {
+		if greedy != nil {
+			chosen, err = greedy.ForwardGreedy(one[:])
+			logits = nil
+		} else {
+			logits, err = s.r.Forward(one[:])
+		}
+		if err != nil {
 			s.truncate(0)
 			return res, err
 		}

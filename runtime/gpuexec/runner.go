@@ -385,16 +385,17 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 	return r.logits[:v], nil
 }
 
+// Greedy reports whether ForwardGreedy serves this runner: not with
+// LogitsAll, nor for a stage that ends in hidden rows.
+func (r *Runner) Greedy() bool { return !r.opt.LogitsAll && !r.p.hidden }
+
 // ForwardGreedy is Forward returning the argmax of the last token's
 // logits (the first index of the largest, as greedy sampling takes it),
 // computed on the device: the step returns 4 bytes instead of the
 // vocabulary's logits. Not with LogitsAll.
 func (r *Runner) ForwardGreedy(tokens []int32) (int32, error) {
-	if r.opt.LogitsAll {
-		return 0, fmt.Errorf("forward greedy: the runner keeps every row's logits (LogitsAll)")
-	}
-	if r.p.hidden {
-		return 0, fmt.Errorf("forward greedy: this stage ends in hidden rows, not logits")
+	if !r.Greedy() {
+		return 0, fmt.Errorf("forward greedy: the runner keeps every row's logits (LogitsAll) or ends in hidden rows")
 	}
 	r.greedy = true
 	defer func() { r.greedy = false }()

@@ -225,6 +225,16 @@ func (s *Sampler) Count(tok int32) int {
 	return int(s.counts[tok])
 }
 
+// Argmax reports whether Sample returns the lowest id of the largest of
+// the logits whatever the history (greedy with the penalties off), so a
+// runner may choose the token where the logits are (runtime/generate's
+// device greedy) instead of handing them to Sample. A NaN logit counts as
+// −Inf here; such a runner's own argmax need not agree on NaNs.
+func (s *Sampler) Argmax() bool {
+	p := s.p
+	return p.Temperature <= 0 && (p.RepeatLastN == 0 || p.RepeatPenalty == 1 && p.FrequencyPenalty == 0 && p.PresencePenalty == 0)
+}
+
 // applyPenalties changes l (indexed by token id) in place.
 func (s *Sampler) applyPenalties(l []float32) {
 	rp, fp, pp := s.p.RepeatPenalty, s.p.FrequencyPenalty, s.p.PresencePenalty

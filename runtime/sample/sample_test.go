@@ -576,3 +576,43 @@ func BenchmarkSample150kMinP(b *testing.B) {
 func BenchmarkSample150kGreedy(b *testing.B) {
 	benchSample(b, Params{Temperature: 0, TopP: 1, RepeatPenalty: 1, RepeatLastN: 64})
 }
+
+// Argmax holds exactly where Sample is the logits' argmax whatever the
+// history: greedy, with every penalty off or no window.
+func TestSamplerArgmax(t *testing.T) {
+	g := DefaultParams()
+	g.Temperature = 0
+	for _, c := range []struct {
+		name string
+		edit func(*Params)
+		want bool
+	}{
+		{"greedy", func(*Params) {}, true},
+		{"temperature", func(p *Params) { p.Temperature = 0.5 }, false},
+		{"repeat penalty", func(p *Params) { p.RepeatPenalty = 1.1 }, false},
+		{"frequency penalty", func(p *Params) { p.FrequencyPenalty = 0.2 }, false},
+		{"presence penalty", func(p *Params) { p.PresencePenalty = 0.2 }, false},
+		{"penalties without a window", func(p *Params) { p.RepeatPenalty, p.RepeatLastN = 1.1, 0 }, true},
+	} {
+		p := g
+		c.edit(&p)
+		s, err := New(p, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Argmax(); got != c.want {
+			t.Errorf("%s: Argmax %v, want %v", c.name, got, c.want)
+		}
+		if !c.want {
+			continue
+		}
+		// then Sample is the argmax after any history
+		l := []float32{0, 3, 1, 3, -2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		for _, tok := range []int32{1, 1, 3} {
+			s.Accept(tok)
+		}
+		if got := s.Sample(l); got != 1 {
+			t.Errorf("%s: Sample %d, want the argmax 1", c.name, got)
+		}
+	}
+}
