@@ -420,9 +420,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 						k = cached(dotMatVec("", w.Type, n.Cols))
 						if st, ok := stackOf[i]; ok {
 							// the stack's rows in one launch, from its first
-							last := st[len(st)-1]
-							wv = view{wv.a, wv.off, weights[g.Nodes[last].Weight].off + weights[g.Nodes[last].Weight].n - wv.off}
-							y = view{y.a, y.off, out[last].off + out[last].n - y.off}
+							lw, ly := weights[g.Nodes[st[len(st)-1]].Weight], out[st[len(st)-1]]
+							wv = view{wv.a, wv.off, lw.off + lw.n - wv.off}
+							y = view{y.a, y.off, ly.off + ly.n - y.off}
 							k = cached(dotMatVec("", w.Type, y.n))
 							for _, j := range st[1:] {
 								fused[j] = true
@@ -435,16 +435,16 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					// rounded as the mat-vecs' (llama.cpp's MMQ does so too),
 					// then to f16 for MatMulBlock to stage as they are
 					onTiles := xr > 1 && p.tiles && cols%kernel.TileK == 0
-					out, suffix := kernel.F32, ""
+					xk, suffix := kernel.F32, "" // the rounded activation's kind
 					if onTiles {
-						out, suffix = kernel.U16, "F16"
+						xk, suffix = kernel.U16, "F16"
 					}
 					var rk *kernel.Kernel
 					switch quant.VecDotType(w.Type) {
 					case quant.Q8_0, quant.Q8_1:
-						rk = cached("QuantRoundQ8_0"+suffix, func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_0To(out)) })
+						rk = cached("QuantRoundQ8_0"+suffix, func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_0To(xk)) })
 					case quant.Q8_K:
-						rk = cached("QuantRoundQ8_K"+suffix, func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_KTo(out)) })
+						rk = cached("QuantRoundQ8_K"+suffix, func() *kernel.Kernel { return ops.QuantRoundWarp(ops.QuantRoundQ8_KTo(xk)) })
 					default:
 						return view{}, fmt.Errorf("node %d (matmul): no activation rounding for %s", i, w.Type)
 					}
@@ -453,7 +453,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 						sc, scName = &scratch16, "quantized activations (f16)"
 					}
 					if *sc < 0 {
-						*sc = p.add(alloc{name: scName, kind: out})
+						*sc = p.add(alloc{name: scName, kind: xk})
 					}
 					p.allocs[*sc].n = max(p.allocs[*sc].n, x.n)
 					sx := view{*sc, 0, x.n}
@@ -485,8 +485,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 							p.call(i, dequant, wv, wh)
 						}
 						sh := prefillBlock(xr, n.Cols)
-						mb := ops.MatMulBlock(sh, kernel.U16)
-						p.call(i, cached(mb.Name, func() *kernel.Kernel { return mb }), x, wh, y, cols)
+						p.call(i, cached("MatMulBlockF16 "+sh.String(), func() *kernel.Kernel { return ops.MatMulBlock(sh, kernel.U16) }), x, wh, y, cols)
 						tiled = true
 						break
 					}

@@ -141,6 +141,13 @@ func (r *Runner) bind() error {
 		if fns[k], err = r.mod.Function(k.Name); err != nil {
 			return err
 		}
+		lp, err := ptx.Plan(k, tg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.Name, err)
+		}
+		if err := allowShared(fns[k], lp.Shared); err != nil {
+			return err
+		}
 	}
 	for _, a := range p.allocs {
 		b, err := r.c.Alloc(uint64(allocSize(a)))
@@ -268,9 +275,6 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 		// to 32 never straddles a warp, and a wider one is the whole CTA
 		block := lp.CTA(max(n, 1), threadsPerBlock)
 		grid := (max(n, 1) + block - 1) / block
-		if err := allowShared(fns[l.k], lp.Shared); err != nil {
-			return nil, err
-		}
 		calls = append(calls, call{fns[l.k], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, uint32(lp.Shared), a})
 	}
 	return calls, nil
@@ -282,7 +286,8 @@ func (c *call) launch(s *cuda.Stream) error {
 }
 
 // allowShared lets fn launch with n bytes of dynamic shared memory: past
-// the 48 KiB every function may use, only once allowed.
+// the 48 KiB every function may use, only once allowed (bind does it as it
+// loads each function).
 func allowShared(fn *cuda.Function, n int) error {
 	if n <= 48<<10 {
 		return nil

@@ -40,19 +40,25 @@ func (s Space) Candidates(mode Mode) []Params {
 	}
 	scale := func(v int, f float64) int { return max(1, int(float64(v)*f+0.5)) }
 	if mode == Quick {
+		// one parameter moved from the default at a time
+		vary := func(edit func(*Params)) {
+			p := def
+			edit(&p)
+			add(p)
+		}
 		for _, f := range rowF {
-			add(Params{Rows: scale(def.Rows, f), XRows: def.XRows, Workers: def.Workers, Prefetch: def.Prefetch})
+			vary(func(p *Params) { p.Rows = scale(def.Rows, f) })
 		}
 		if s.MaxXRows > 1 {
 			for _, f := range xF {
-				add(Params{Rows: def.Rows, XRows: scale(def.XRows, f), Workers: def.Workers, Prefetch: def.Prefetch})
+				vary(func(p *Params) { p.XRows = scale(def.XRows, f) })
 			}
 		}
 		for _, w := range workers[1:] {
-			add(Params{Rows: def.Rows, XRows: def.XRows, Workers: w, Prefetch: def.Prefetch})
+			vary(func(p *Params) { p.Workers = w })
 		}
 		for _, pf := range s.Prefetches {
-			add(Params{Rows: def.Rows, XRows: def.XRows, Workers: def.Workers, Prefetch: pf})
+			vary(func(p *Params) { p.Prefetch = pf })
 		}
 		return out
 	}

@@ -48,10 +48,8 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	}
 	qOff, qStride, qRows, kOff, kStride, vOff, vStride, yOff, yStride, first := args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9]
 
-	tid, warp, l, g, t4 := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
-	f.ins("cvt.u32.u64 %s, %s", tid, f.lane)
-	f.ins("shr.u32 %s, %s, 5", warp, tid)
-	f.ins("and.b32 %s, %s, 31", l, tid)
+	tid, warp, l := f.ctaLanes()
+	g, t4 := f.reg(c32), f.reg(c32)
 	f.ins("shr.u32 %s, %s, 2", g, l)
 	f.ins("and.b32 %s, %s, 3", t4, l)
 	// the lane's rows ra = 16·warp + g and rb = ra + 8; their query rows
@@ -240,11 +238,7 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	alpha := [2]string{f.reg(cF32), f.reg(cF32)}
 	sum := [2]string{f.reg(cF32), f.reg(cF32)}
 	for h, m := range []string{mA, mB} {
-		for _, b := range []int{1, 2} {
-			o := f.reg(cF32)
-			f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, mx[h], b)
-			f.ins("max.f32 %s, %s, %s", mx[h], mx[h], o)
-		}
+		f.quadFold("max.f32", mx[h])
 		f.ins("max.f32 %s, %s, %s", mx[h], mx[h], m)
 		f.ins("sub.f32 %s, %s, %s", alpha[h], m, mx[h])
 		f.ins("ex2.approx.ftz.f32 %s, %s", alpha[h], alpha[h])
@@ -289,11 +283,7 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 
 	// the rows' sums over their quads, the outputs divided by them
 	for _, lsum := range []string{lA, lB} {
-		for _, b := range []int{1, 2} {
-			o := f.reg(cF32)
-			f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, lsum, b)
-			f.ins("add.f32 %s, %s, %s", lsum, lsum, o)
-		}
+		f.quadFold("add.f32", lsum)
 		f.ins("rcp.rn.f32 %s, %s", lsum, lsum)
 	}
 	for h, r := range []string{ra, rb} {
@@ -319,6 +309,16 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		}
 	}
 	f.ins("bar.sync 0") // the other threads may read these rows next
+}
+
+// quadFold folds the f32 r over the four lanes of its quad (shfl.bfly 1,
+// then 2) with op ("max.f32", "add.f32"): every lane ends with the fold.
+func (f *fn) quadFold(op, r string) {
+	for _, b := range []int{1, 2} {
+		o := f.reg(cF32)
+		f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, r, b)
+		f.ins("%s %s, %s, %s", op, r, r, o)
+	}
 }
 
 // attnQuant stores a row's values as Q8_0 blocks (kernel.AttnQuant): block
@@ -353,11 +353,7 @@ func (f *fn) attnQuant(s *kernel.Stmt, qargs []string, row, ok, t4 string, vals 
 				f.ins("max.f32 %s, %s, %s", amax, amax, a)
 			}
 		}
-		for _, sh := range []int{1, 2} {
-			o := f.reg(cF32)
-			f.ins("shfl.sync.bfly.b32 %s, %s, %d, 31, -1", o, amax, sh)
-			f.ins("max.f32 %s, %s, %s", amax, amax, o)
-		}
+		f.quadFold("max.f32", amax)
 		d, h, id := f.reg(cF32), f.reg(c16), f.reg(cF32)
 		f.ins("div.rn.f32 %s, %s, 0f42FE0000", d, amax) // amax/127
 		f.ins("cvt.rn.f16.f32 %s, %s", h, d)

@@ -90,10 +90,7 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 		return
 	}
 
-	tid, warp, l := f.reg(c32), f.reg(c32), f.reg(c32)
-	f.ins("cvt.u32.u64 %s, %s", tid, f.lane)
-	f.ins("shr.u32 %s, %s, 5", warp, tid)
-	f.ins("and.b32 %s, %s, 31", l, tid)
+	tid, warp, l := f.ctaLanes()
 	wm, wn := f.reg(c32), f.reg(c32)
 	f.ins("rem.u32 %s, %s, %d", wm, warp, sh.WM)
 	f.ins("div.u32 %s, %s, %d", wn, warp, sh.WM)
@@ -207,6 +204,16 @@ func (f *fn) blockCTA(what string, nt int) bool {
 		return false
 	}
 	return true
+}
+
+// ctaLanes is this thread's index in its CTA (a block statement's group
+// is the CTA), its warp and its lane in the warp, 32-bit.
+func (f *fn) ctaLanes() (tid, warp, l string) {
+	tid, warp, l = f.reg(c32), f.reg(c32), f.reg(c32)
+	f.ins("cvt.u32.u64 %s, %s", tid, f.lane)
+	f.ins("shr.u32 %s, %s, 5", warp, tid)
+	f.ins("and.b32 %s, %s, 31", l, tid)
+	return tid, warp, l
 }
 
 // smemName is the kernel's staging buffer in shared memory: the CTA's
