@@ -140,14 +140,18 @@ func (m *machine) blockAttention(s *Stmt) {
 	}
 	sc := make([]float32, ends)
 	out := make([]float32, sh.HD)
+	qrow := make([]float32, sh.HD)
 	for i := range rows {
 		qi := qOff + min(i, qRows-1)*qStride
+		for d := range qrow {
+			qrow[d] = f16(s.Buf, qi+d)
+		}
 		n := first + i
 		mx := float32(math.Inf(-1))
 		for j := range n {
 			var sum float32
-			for d := range sh.HD {
-				sum += float32(f16(s.Buf, qi+d) * keys[j*sh.HD+d])
+			for d, qv := range qrow {
+				sum += float32(qv * keys[j*sh.HD+d])
 			}
 			sc[j] = float32(sum * scale)
 			mx = max(mx, sc[j])
