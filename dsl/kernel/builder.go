@@ -87,6 +87,7 @@ const (
 	STileStore                    // Buf[…] = Tile within Args' bounds
 	SBlockMatMul                  // Out[…] = Buf's rows times Buf2's rows, a CTA's product (block.go)
 	SBlockAttention               // Out[…] = attention of Buf's rows over Buf2's keys and Buf3's values (attention.go)
+	SPrefetch                     // Buf[Index : Index+Hi] will be read soon (prefetch.go): no effect on results
 )
 
 // LoopKind says whether a loop's iterations may run at once.

@@ -169,6 +169,8 @@ func (m *machine) stmt(s *Stmt) {
 		m.blockMatMul(s)
 	case SBlockAttention:
 		m.blockAttention(s)
+	case SPrefetch:
+		m.prefetch(s)
 	default:
 		fail("statement %d", s.Op)
 	}

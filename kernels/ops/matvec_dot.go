@@ -240,10 +240,18 @@ func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
 // taking Unroll of its units a trip (their loads in flight together; 0 or
 // 1 one at a time). Rows and Threads are part of the sum's order (the
 // tree), Unroll is not.
-type DotShape struct{ Rows, Threads, Unroll int }
+//
+// Prefetch has each group prefetch its weight rows before it waits for
+// the kernel before it (kernel.Prefetch; a target with dependent launches
+// streams them while that kernel finishes): it never changes a result.
+type DotShape struct {
+	Rows, Threads, Unroll int
+	Prefetch              bool
+}
 
 // String is the shape's suffix of a kernel name: "x4" for 4 rows, "t128"
-// for a CTA of 128, "u2" for two units a trip; "" for one row a warp.
+// for a CTA of 128, "u2" for two units a trip, "p" for the prefetch; ""
+// for one row a warp.
 func (sh DotShape) String() string {
 	var b strings.Builder
 	if sh.Rows > 1 {
@@ -254,6 +262,9 @@ func (sh DotShape) String() string {
 	}
 	if sh.Unroll > 1 {
 		fmt.Fprintf(&b, "u%d", sh.Unroll)
+	}
+	if sh.Prefetch {
+		b.WriteString("p")
 	}
 	return b.String()
 }
@@ -306,6 +317,11 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	nb := b.Let("nb", xd.Len())
 	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
 	b.ParallelFor("r", 0, y.Len().Div(rows), func(g k.Expr) {
+		for _, w := range ws { // the group's rows: weights, which no launch writes
+			if sh.Prefetch {
+				b.Prefetch(w, g.Mul(rows).Mul(rowBytes), rowBytes.Mul(rows))
+			}
+		}
 		sums := make([][]*k.Var, rows) // by row of the group, then matrix
 		for q := range sums {
 			for m := range ws {

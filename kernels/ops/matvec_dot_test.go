@@ -276,3 +276,43 @@ func TestEmbed(t *testing.T) {
 		}
 	}
 }
+
+// A shape's prefetch changes nothing: every form's bits with and without.
+func TestMatVecDotPrefetch(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 34))
+	const n, out = 512, 8
+	x := opstest.Floats(n, 2, r)
+	res := opstest.Floats(out, 1, r)
+	for _, name := range []string{"Q4_K", "Q6_K", "Q8_0"} {
+		xq, xd := partner(t, name, x)
+		typ := opstest.Type(name)
+		var wg, wu []byte
+		for range out {
+			wg = append(wg, opstest.Row(typ, n, nil, r)...)
+			wu = append(wu, opstest.Row(typ, n, nil, r)...)
+		}
+		for _, form := range []string{"", "Add", "SwiGLU"} {
+			sh := ops.DotShape{Rows: 2, Threads: 64, Unroll: 2}
+			var ys [2][]float32
+			for i, pf := range []bool{false, true} {
+				sh.Prefetch = pf
+				in := []any{wg, xq, xd}
+				switch form {
+				case "Add":
+					in = append(in, res)
+				case "SwiGLU":
+					in = []any{wg, wu, xq, xd}
+				}
+				ys[i] = make([]float32, out)
+				if err := k.Run(ops.DotMatVec(form, name, sh), append(in, ys[i])...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for o := range out {
+				if math.Float32bits(ys[0][o]) != math.Float32bits(ys[1][o]) {
+					t.Errorf("%s%s row %d: %v with the prefetch, %v without", form, name, o, ys[1][o], ys[0][o])
+				}
+			}
+		}
+	}
+}

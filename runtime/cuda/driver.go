@@ -62,6 +62,16 @@ var api struct {
 	cuEventDestroy            func(e uintptr) Result
 	cuGetErrorName            func(r Result, s **byte) Result
 	cuGetErrorString          func(r Result, s **byte) Result
+	// optional (nil where the driver predates it: CUDA 11.8)
+	cuLaunchKernelEx func(config *launchConfig, f uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
+}
+
+// optionalSymbols are entry points jitllm uses where the driver has them.
+var optionalSymbols = []struct {
+	fn   any
+	name string
+}{
+	{&api.cuLaunchKernelEx, "cuLaunchKernelEx"},
 }
 
 // symbols maps each entry point to the versioned name the driver exports.
@@ -172,6 +182,11 @@ func load(names []string) error {
 			return fmt.Errorf("%w (it lacks %s: %v)", ErrOldDriver, s.name, err)
 		}
 		purego.RegisterFunc(s.fn, sym)
+	}
+	for _, s := range optionalSymbols {
+		if sym, err := purego.Dlsym(lib, s.name); err == nil {
+			purego.RegisterFunc(s.fn, sym)
+		}
 	}
 	if r := api.cuInit(0); r != 0 {
 		return fmt.Errorf("cuInit: %w (is a GPU visible to this process?)", r)

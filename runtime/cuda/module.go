@@ -99,6 +99,59 @@ func (a *Args) Set(i int, v uint64) { a.vals[i] = v }
 // SetF32 stores a float32 parameter.
 func (a *Args) SetF32(i int, v float32) { a.vals[i] = uint64(*(*uint32)(unsafe.Pointer(&v))) }
 
+// launchConfig is CUlaunchConfig (cuda.h): the grid, the block, the
+// dynamic shared memory, the stream and the launch attributes.
+type launchConfig struct {
+	grid, block Dim3
+	shared      uint32
+	stream      uintptr
+	attrs       *launchAttr
+	numAttrs    uint32
+}
+
+// launchAttr is CUlaunchAttribute: an id, padding, a 64-byte value union.
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [8]uint64
+}
+
+// attrProgrammaticSerialization is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const attrProgrammaticSerialization = 6
+
+// CanLaunchDependent reports whether the driver launches kernels early
+// after the one before them (programmatic dependent launch, sm_90 on):
+// it exports cuLaunchKernelEx.
+func CanLaunchDependent() bool { return api.cuLaunchKernelEx != nil }
+
+// LaunchDependent is Launch with programmatic stream serialization: f may
+// start while the kernel before it on s still runs, up to its first
+// griddepcontrol.wait, once every CTA of that kernel has executed
+// griddepcontrol.launch_dependents (or exited). Captured into a graph, it
+// becomes a programmatic edge.
+func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
+	if api.cuLaunchKernelEx == nil {
+		return fmt.Errorf("launching %s: %w (no cuLaunchKernelEx)", f.Name, ErrOldDriver)
+	}
+	attr := launchAttr{id: attrProgrammaticSerialization}
+	attr.value[0] = 1
+	cfg := launchConfig{grid: grid, block: block, shared: shared, attrs: &attr, numAttrs: 1}
+	if s != nil {
+		cfg.stream = s.s
+	}
+	var params unsafe.Pointer
+	if a != nil && len(a.ptrs) > 0 {
+		params = unsafe.Pointer(&a.ptrs[0])
+	}
+	defer f.c.enter()()
+	r := api.cuLaunchKernelEx(&cfg, f.f, params, nil)
+	runtime.KeepAlive(&attr)
+	if r != 0 {
+		return fmt.Errorf("launching %s: %w", f.Name, r)
+	}
+	return nil
+}
+
 // Launch enqueues f on stream s (nil: the default stream).
 func (f *Function) Launch(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
 	var sp uintptr

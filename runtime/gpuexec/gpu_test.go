@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"testing"
 	"time"
 
@@ -43,10 +44,15 @@ func TestGPUMatchesCPU(t *testing.T) {
 			}
 			defer cpu.Close()
 			// the decode attention as the heads choose it, then as
-			// AttentionBlock whatever the heads
+			// AttentionBlock whatever the heads; then without dependent
+			// launches (where the device has them)
 			defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
-			for _, heads := range []int{decodeBlockHeads, 1} {
-				decodeBlockHeads = heads
+			for _, c := range []struct {
+				heads     int
+				dependent string
+			}{{decodeBlockHeads, ""}, {1, ""}, {decodeBlockHeads, "0"}} {
+				decodeBlockHeads = c.heads
+				t.Setenv("JITLLM_DEPENDENT_LAUNCH", c.dependent)
 				cpu.Truncate(0)
 				g := gpuRunner(t, m, exec.Options{Context: 128})
 				agree(t, cpu, g, 32, tolerance(name))
@@ -184,5 +190,29 @@ func TestGPUDecodeSpeed(t *testing.T) {
 		}
 		el := time.Since(start)
 		t.Logf("graphs=%v: %d decode steps in %v: %.0f tok/s (%d kernels a step)", graphs, n, el, n/el.Seconds(), len(g.calls))
+	}
+}
+
+// On sm_90 and later (with cuLaunchKernelEx) a decode step's launches are
+// dependent launches and a prefill step's are not; JITLLM_DEPENDENT_LAUNCH=0
+// turns them off.
+func TestGPUDependentLaunch(t *testing.T) {
+	needGPU(t)
+	m := loadModel(t, "stories260K.gguf")
+	for _, env := range []string{"", "0"} {
+		t.Setenv("JITLLM_DEPENDENT_LAUNCH", env)
+		g := gpuRunner(t, m, exec.Options{Context: 64})
+		want := env == "" && dependentLaunch(ptx.ForDevice(g.c.Device.Major, g.c.Device.Minor))
+		for _, c := range g.calls {
+			if c.dependent != want {
+				t.Fatalf("JITLLM_DEPENDENT_LAUNCH=%q: a decode launch dependent %v, want %v", env, c.dependent, want)
+			}
+		}
+		for _, c := range g.pcalls {
+			if c.dependent {
+				t.Fatalf("JITLLM_DEPENDENT_LAUNCH=%q: a prefill launch is dependent", env)
+			}
+		}
+		t.Logf("JITLLM_DEPENDENT_LAUNCH=%q: decode launches dependent: %v", env, want)
 	}
 }

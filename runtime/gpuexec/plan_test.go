@@ -555,15 +555,15 @@ func TestNoDriverError(t *testing.T) {
 }
 
 // Each weight type and form takes its measured shape; output heads 2 rows
-// a warp; odd row counts one row.
+// a warp; odd row counts one row; Q8_0's prefetch their rows.
 func TestDotShape(t *testing.T) {
 	for _, c := range []struct {
 		form string
 		t    quant.Type
 		rows int
 		want string
-	}{{"", quant.Q4_K, 2048, "x2u2"}, {"Add", quant.Q6_K, 4096, "x2t128u2"}, {"", quant.Q8_0, 1024, "x2t64u2"},
-		{"SwiGLU", quant.Q4_K, 14336, "u2"}, {"", quant.Q6_K, 128256, "x2"}, {"", quant.Q8_0, 151936, "x2"},
+	}{{"", quant.Q4_K, 2048, "x2u2"}, {"Add", quant.Q6_K, 4096, "x2t128u2"}, {"", quant.Q8_0, 1024, "x2t64u2p"},
+		{"SwiGLU", quant.Q4_K, 14336, "u2"}, {"", quant.Q6_K, 128256, "x2"}, {"", quant.Q8_0, 151936, "x2p"}, {"SwiGLU", quant.Q8_0, 3072, "u2p"},
 		{"", quant.Q4_K, 16385, "u2"}} {
 		if got := dotShape(c.form, c.t, c.rows).String(); got != c.want {
 			t.Errorf("%s %s %d rows: %s, want %s", c.form, c.t, c.rows, got, c.want)

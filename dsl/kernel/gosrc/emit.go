@@ -258,8 +258,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.stmts(s.Body)
 		f.depth--
 		f.line("}")
-	case kernel.SBarrier:
-		// nothing: this target runs a kernel on one thread
+	case kernel.SBarrier, kernel.SPrefetch:
+		// nothing: this target runs a kernel on one thread, from memory as it is
 	default:
 		f.fail("statement %d", s.Op)
 	}

@@ -31,6 +31,11 @@ type Target struct {
 	SM       int             // compute capability ×10: 80 for sm_80, 90 for sm_90
 	Version  string          // PTX ISA version; "" picks the lowest covering SM (7.8 up to sm_90)
 	Schedule kernel.Schedule // overrides the kernels' default schedules
+	// Dependent picks the kernels rendered for programmatic dependent
+	// launch (sm_90 on, prefetch.go; nil: none): such a kernel waits for
+	// the kernel before it (griddepcontrol.wait) at entry, or after its
+	// weights' prefetches, and lets the kernel after it launch from there.
+	Dependent func(*kernel.Kernel) bool
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

@@ -92,6 +92,9 @@ type fn struct {
 	red   string
 	smem  bool // the block products' stages are used (block.go)
 
+	dependent bool // rendered for programmatic dependent launch (prefetch.go)
+	waited    bool // its wait is rendered
+
 	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
 	// and the words of the 16-byte chunks loaded in this straight-line
 	// stretch of code
@@ -152,7 +155,11 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		return "", err
 	}
 	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
-		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{}}
+		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
+		dependent: t.Dependent != nil && t.Dependent(k)}
+	if f.dependent && t.SM < 90 {
+		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", lk.Name, t.SM)
+	}
 	if f.width > 32 {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
@@ -194,6 +201,14 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 			f.wrap(p.Var.Kind, r)
 		}
 		f.vars[p.Var] = r
+	}
+	if f.dependent {
+		if err := prefetchFirst(lk.Body); err != nil {
+			return "", fmt.Errorf("ptx: kernel %s: %w", lk.Name, err)
+		}
+		if !hasPrefetch(lk.Body) {
+			f.depWait()
+		}
 	}
 	exit := f.label()
 	if grid == nil {
@@ -254,8 +269,11 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 }
 
 func (f *fn) stmts(ss []*kernel.Stmt) {
-	for _, s := range ss {
+	for i, s := range ss {
 		f.stmt(s)
+		if s.Op == kernel.SPrefetch && f.dependent && !f.waited && (i+1 == len(ss) || ss[i+1].Op != kernel.SPrefetch) {
+			f.depWait() // after a run of prefetches: the rest may read what the kernel before wrote
+		}
 	}
 }
 
@@ -333,6 +351,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.blockStmt(s)
 	case kernel.SBlockAttention:
 		f.attnStmt(s)
+	case kernel.SPrefetch:
+		f.prefetchStmt(s)
 	default:
 		f.fail("statement op %d unsupported", s.Op)
 	}

@@ -1,0 +1,72 @@
+package ptx_test
+
+import (
+	"strings"
+	"testing"
+
+	k "github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+)
+
+// pfKernel sums row i of w (n values) into y[i] over 32 threads, its rows
+// prefetched first where prefetch.
+func pfKernel(prefetch bool) *k.Kernel {
+	b := k.New("pf")
+	w, y := b.Buffer("w", k.F32), b.Buffer("y", k.F32)
+	n := b.Scalar("n", k.Int)
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) {
+		if prefetch {
+			b.Prefetch(w, i.Mul(n), n)
+		}
+		b.Store(y, i, b.Sum("s", k.F32, 0, n, func(j k.Expr) k.Expr { return w.At(i.Mul(n).Add(j)) }))
+	})
+	b.Schedule("s_i", k.LoopSchedule{Threads: 32})
+	return b.MustBuild()
+}
+
+// A kernel rendered for dependent launch waits for the kernel before it
+// after its prefetches (the lines of its rows, a lane each) or at entry
+// without any, and lets the next launch right after; rendered otherwise it
+// has neither (and prefetches nothing). sm_80 cannot; a load before the
+// first prefetch is refused.
+func TestDependentRenders(t *testing.T) {
+	all := func(*k.Kernel) bool { return true }
+	for _, pf := range []bool{true, false} {
+		src, err := ptx.Render(pfKernel(pf), ptx.Target{SM: 90, Dependent: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := strings.Index(src, "griddepcontrol.wait")
+		next := strings.Index(src, "griddepcontrol.launch_dependents")
+		first := strings.Index(src, "ld.global")
+		if wait < 0 || next < wait || first < next || strings.Count(src, "griddepcontrol.wait") != 1 {
+			t.Errorf("prefetch %v: wait at %d, launch_dependents at %d, first load at %d", pf, wait, next, first)
+		}
+		if p := strings.Index(src, "prefetch.global.L2"); pf != (p >= 0) || (pf && p > wait) {
+			t.Errorf("prefetch %v: the prefetch at %d, the wait at %d", pf, p, wait)
+		}
+		if pf && !strings.Contains(src, ", 4096;") { // 32 lanes × 128-byte lines
+			t.Errorf("the lanes do not stride the lines:\n%s", src)
+		}
+		plain, err := ptx.Render(pfKernel(pf), ptx.Target{SM: 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(plain, "griddepcontrol") || strings.Contains(plain, "prefetch.global") {
+			t.Errorf("prefetch %v, no dependent launch: rendered its waits or prefetches", pf)
+		}
+	}
+	if _, err := ptx.Render(pfKernel(true), ptx.Target{SM: 80, Dependent: all}); err == nil || !strings.Contains(err.Error(), "sm_90") {
+		t.Errorf("sm_80: %v", err)
+	}
+	b := k.New("late")
+	w, y := b.Buffer("w", k.F32), b.Buffer("y", k.F32)
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) {
+		x := b.Let("x", w.At(i))
+		b.Prefetch(w, i, 1)
+		b.Store(y, i, x)
+	})
+	if _, err := ptx.Render(b.MustBuild(), ptx.Target{SM: 90, Dependent: all}); err == nil || !strings.Contains(err.Error(), "before the first prefetch") {
+		t.Errorf("a load before the prefetch: %v", err)
+	}
+}
