@@ -156,10 +156,10 @@ func TestDotMatchesCpugen(t *testing.T) {
 	}
 }
 
-// TestEdgeBlocks: whole rows of one extreme: zero blocks (the -0 a zero
-// scale gives must come out +0, as the orders' 0 + sum does), every quant
-// -128 or 127, the scales ±65504, subnormal, zero, Inf and NaN, activation
-// scales subnormal and huge.
+// TestEdgeBlocks: whole rows of one extreme: zero blocks and scales (±0
+// products), every quant -128 or 127, the scales ±65504, subnormal, ±0,
+// ±Inf and NaN, activation scales subnormal and huge (f16 overflow for
+// Q8_0's).
 func TestEdgeBlocks(t *testing.T) {
 	for _, o := range orders {
 		for _, k := range registered(t, o.name) {
