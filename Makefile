@@ -24,7 +24,7 @@ test-cross:
 # Packages whose float arithmetic must round as llama.cpp's does: no product
 # may be left for the compiler to fuse into an FMA (arm64, GOAMD64=v3).
 NOFMA_PKGS := ./kernels/quant/... ./kernels/ops/... ./kernels/cpugen/... ./kernels/cpukern/... \
-	./kernels/amd64/... ./runtime/exec/... ./runtime/sample/... ./runtime/gpuexec/... ./dsl/kernel/...
+	./kernels/amd64/... ./kernels/arm64/... ./runtime/exec/... ./runtime/sample/... ./runtime/gpuexec/... ./dsl/kernel/...
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,6 +2,9 @@
 # Runs the exactness-critical tests where the Go compiler may fuse FMAs:
 # arm64 (under qemu-user) and amd64 with GOAMD64=v3. The portable Go path
 # must give llama.cpp's bits there too (gen/nofma keeps products unfused).
+# Under qemu the arm64 run also exercises kernels/arm64's NEON assembly
+# (qemu's CPU has ASIMD and DotProd, so both builds run) against cpugen,
+# and runtime/exec's golden tests through it; vet checks its frames.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v qemu-aarch64-static >/dev/null 2>&1; then
@@ -15,5 +18,6 @@ if ! command -v qemu-aarch64-static >/dev/null 2>&1; then
   fi
 fi
 pkgs="./kernels/quant ./kernels/cpugen ./runtime/exec"
-GOARCH=arm64 go test -count=1 -exec qemu-aarch64-static $pkgs
+GOARCH=arm64 go vet ./kernels/arm64/...
+GOARCH=arm64 go test -count=1 -exec qemu-aarch64-static $pkgs ./kernels/arm64/...
 GOAMD64=v3 go test -count=1 $pkgs

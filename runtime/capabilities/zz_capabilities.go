@@ -108,8 +108,9 @@ var generated = Table{
 			GOARCH: "amd64",
 			Kind:   "asm",
 		}, Variant{
+			Files:  []string{"kernels/arm64/neon/zz_neon_arm64.s"},
 			GOARCH: "arm64",
-			Kind:   "go",
+			Kind:   "asm",
 		}},
 	}, Backend{
 		Device:  "cuda",
