@@ -226,8 +226,60 @@ func variants(root, pkg string) ([]capabilities.Variant, error) {
 		v := capabilities.Variant{GOARCH: arch, Kind: "go"}
 		if len(sfiles) > 0 {
 			v.Kind, v.Files = "asm", sfiles
+			isas, err := isaLevels(root, sfiles)
+			if err != nil {
+				return nil, err
+			}
+			v.ISAs = isas
 		}
 		out = append(out, v)
+	}
+	return out, nil
+}
+
+// isaLadder names the instruction-set levels of the amd64 kernels, lowest
+// first, each by the feature (in avo's "// Requires:" lines) that tells it
+// from the levels below: a function needing AVX512VNNI is avx512vnni, one
+// needing AVXVNNI (VEX, no AVX-512) avxvnni, and so on.
+var isaLadder = []struct{ name, feature string }{
+	{"avx2", "AVX2"}, {"avxvnni", "AVXVNNI"}, {"avx512", "AVX512F"}, {"avx512vnni", "AVX512VNNI"},
+}
+
+// isaLevels lists, in ladder order, the levels the assembly files' functions
+// are built for, from the "// Requires:" line avo writes above each one.
+func isaLevels(root string, sfiles []string) ([]string, error) {
+	found := map[string]bool{}
+	for _, f := range sfiles {
+		src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range strings.Split(string(src), "\n") {
+			req, ok := strings.CutPrefix(l, "// Requires: ")
+			if !ok {
+				continue
+			}
+			feats := map[string]bool{}
+			for _, f := range strings.Split(req, ", ") {
+				feats[f] = true
+			}
+			level := ""
+			for _, s := range isaLadder {
+				if feats[s.feature] {
+					level = s.name
+				}
+			}
+			if level == "" {
+				level = "avx2" // AVX, F16C or FMA3 alone: kernels registered as the avx2 level
+			}
+			found[level] = true
+		}
+	}
+	var out []string
+	for _, s := range isaLadder {
+		if found[s.name] {
+			out = append(out, s.name)
+		}
 	}
 	return out, nil
 }

@@ -65,6 +65,10 @@ type Variant struct {
 	Kind string `json:"kind"`
 	// Features are the CPU features the variant needs at run time (none for "go").
 	Features []string `json:"features,omitempty"`
+	// ISAs are the instruction-set levels an "asm" variant's kernels are
+	// built for (avx2, avxvnni, avx512, avx512vnni), read from its assembly;
+	// each kernel registers only where the CPU has its level, the best first.
+	ISAs []string `json:"isas,omitempty"`
 	// Files are the source files of an asm variant.
 	Files []string `json:"files,omitempty"`
 }

@@ -52,6 +52,12 @@ func TestTableMatchesCode(t *testing.T) {
 	if len(cpu.Variants) == 0 {
 		t.Error("cpu backend lists no ISA variants")
 	}
+	for _, v := range cpu.Variants {
+		// the amd64 kernels come in these levels (kernels/amd64/*/gen)
+		if v.GOARCH == "amd64" && !reflect.DeepEqual(v.ISAs, []string{"avx2", "avxvnni", "avx512", "avx512vnni"}) {
+			t.Errorf("cpu amd64 variant lists ISA levels %v", v.ISAs)
+		}
+	}
 	var ops []string
 	for _, o := range dsl.Ops() {
 		ops = append(ops, o.String())

@@ -34,6 +34,9 @@ func Markdown(t Table, header string) string {
 			if len(v.Features) > 0 {
 				s += " (" + strings.Join(v.Features, "+") + ")"
 			}
+			if len(v.ISAs) > 0 {
+				s += " (" + strings.Join(v.ISAs, ", ") + ")"
+			}
 			vs = append(vs, s)
 		}
 		p("| %s | %s | `%s` | %s | %s |\n", be.Name, be.Device, be.Package, strings.Join(be.Ops, ", "), strings.Join(vs, "; "))

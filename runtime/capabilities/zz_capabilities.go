@@ -106,6 +106,7 @@ var generated = Table{
 		Variants: []Variant{Variant{
 			Files:  []string{"kernels/amd64/attn/zz_attn_amd64.s", "kernels/amd64/elem/zz_elem_amd64.s", "kernels/amd64/kquant/zz_kquant_amd64.s", "kernels/amd64/legacy/zz_legacy_amd64.s"},
 			GOARCH: "amd64",
+			ISAs:   []string{"avx2", "avxvnni", "avx512", "avx512vnni"},
 			Kind:   "asm",
 		}, Variant{
 			Files:  []string{"kernels/arm64/neon/zz_neon_arm64.s"},

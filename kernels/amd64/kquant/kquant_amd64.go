@@ -21,6 +21,10 @@ var hasAVX2 = cpuid.CPU.Supports(cpuid.AVX2, cpuid.FMA3, cpuid.F16C)
 // VNNI's VPDPWSSD.
 var hasVNNI = hasAVX2 && cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512DQ, cpuid.AVX512VL, cpuid.AVX512VNNI)
 
+// hasAVXVNNI is AVX-VNNI (VEX VPDPWSSD on ymm) beside AVX2: Alder Lake and
+// later client cores, Zen 5, which may lack AVX-512.
+var hasAVXVNNI = hasAVX2 && cpuid.CPU.Supports(cpuid.AVXVNNI)
+
 // asmDot names one generated dot (out[r] for r < its row count). Calls go
 // through callDot's switch, not a func value: a direct call to a noescape
 // stub keeps the caller's local out off the heap.
@@ -51,6 +55,14 @@ const (
 	q5kDot2VNNIID
 	q6kDot2VNNIID
 	q4kr8Dot2VNNIID
+	q4kDot1AVXVNNIID
+	q4kDot8AVXVNNIID
+	q5kDot1AVXVNNIID
+	q5kDot8AVXVNNIID
+	q6kDot1AVXVNNIID
+	q6kDot8AVXVNNIID
+	q4kr8Dot1AVXVNNIID
+	q4kr8Dot8AVXVNNIID
 )
 
 // asmRows names one generated rows kernel (cpukern.Rows), called like
@@ -67,6 +79,10 @@ const (
 	q5kRowsVNNIID
 	q6kRowsVNNIID
 	q4kr8RowsVNNIID
+	q4kRowsAVXVNNIID
+	q5kRowsAVXVNNIID
+	q6kRowsAVXVNNIID
+	q4kr8RowsAVXVNNIID
 )
 
 func callRows(f asmRows, nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int) {
@@ -87,6 +103,14 @@ func callRows(f asmRows, nb int, w *byte, wstride int, x *byte, rows int, out *f
 		q6kRowsVNNI(nb, w, wstride, x, rows, out, pf)
 	case q4kr8RowsVNNIID:
 		q4kr8RowsVNNI(nb, w, wstride, x, rows, out, pf)
+	case q4kRowsAVXVNNIID:
+		q4kRowsAVXVNNI(nb, w, wstride, x, rows, out, pf)
+	case q5kRowsAVXVNNIID:
+		q5kRowsAVXVNNI(nb, w, wstride, x, rows, out, pf)
+	case q6kRowsAVXVNNIID:
+		q6kRowsAVXVNNI(nb, w, wstride, x, rows, out, pf)
+	case q4kr8RowsAVXVNNIID:
+		q4kr8RowsAVXVNNI(nb, w, wstride, x, rows, out, pf)
 	default:
 		panic(fmt.Sprintf("kquant: no rows kernel %d", f))
 	}
@@ -140,6 +164,22 @@ func callDot(f asmDot, nb int, w, x *byte, xstride int, out *float32) {
 		q6kDot2VNNI(nb, w, x, xstride, out)
 	case q4kr8Dot2VNNIID:
 		q4kr8Dot2VNNI(nb, w, x, xstride, out)
+	case q4kDot1AVXVNNIID:
+		q4kDot1AVXVNNI(nb, w, x, xstride, out)
+	case q4kDot8AVXVNNIID:
+		q4kDot8AVXVNNI(nb, w, x, xstride, out)
+	case q5kDot1AVXVNNIID:
+		q5kDot1AVXVNNI(nb, w, x, xstride, out)
+	case q5kDot8AVXVNNIID:
+		q5kDot8AVXVNNI(nb, w, x, xstride, out)
+	case q6kDot1AVXVNNIID:
+		q6kDot1AVXVNNI(nb, w, x, xstride, out)
+	case q6kDot8AVXVNNIID:
+		q6kDot8AVXVNNI(nb, w, x, xstride, out)
+	case q4kr8Dot1AVXVNNIID:
+		q4kr8Dot1AVXVNNI(nb, w, x, xstride, out)
+	case q4kr8Dot8AVXVNNIID:
+		q4kr8Dot8AVXVNNI(nb, w, x, xstride, out)
 	default:
 		panic(fmt.Sprintf("kquant: no kernel %d", f))
 	}
@@ -175,7 +215,8 @@ func tile2x8Func(k kind) cpukern.Tile {
 }
 
 // kind is one order's generated Dot, 1×8 Tile and Rows for one ISA (the zmm ones
-// rank above AVX2: about as fast or faster in the measured cases), and its
+// rank above AVX2: about as fast or faster in the measured cases; AVX-VNNI,
+// the AVX2 bodies with VPDPWSSD, between them), and its
 // 1×4 and 1×2 small tiles where generated. tile2x8 replaces the 1×8 Tile
 // with the 2×8 one (q4kr8Tile2x8VNNI); such a kind has no 1×8 (tile noDot).
 type kind struct {
@@ -203,6 +244,10 @@ func kinds() []kind {
 		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1VNNIID, q5kDot8VNNIID, q5kRowsVNNIID, "avx512vnni", 20, hasVNNI, q5kDot4VNNIID, q5kDot2VNNIID, false},
 		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1VNNIID, q6kDot8VNNIID, q6kRowsVNNIID, "avx512vnni", 20, hasVNNI, q6kDot4VNNIID, q6kDot2VNNIID, false},
 		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1VNNIID, noDot, q4kr8RowsVNNIID, "avx512vnni", 20, hasVNNI, q4kr8Dot4VNNIID, q4kr8Dot2VNNIID, true},
+		{"DotQ4_KAVX2", quant.Q4_K, 144, q4kDot1AVXVNNIID, q4kDot8AVXVNNIID, q4kRowsAVXVNNIID, "avxvnni", 15, hasAVXVNNI, noDot, noDot, false},
+		{"DotQ5_KAVX2", quant.Q5_K, 176, q5kDot1AVXVNNIID, q5kDot8AVXVNNIID, q5kRowsAVXVNNIID, "avxvnni", 15, hasAVXVNNI, noDot, noDot, false},
+		{"DotQ6_KAVX2", quant.Q6_K, 210, q6kDot1AVXVNNIID, q6kDot8AVXVNNIID, q6kRowsAVXVNNIID, "avxvnni", 15, hasAVXVNNI, noDot, noDot, false},
+		{"DotQ4_KRepack8x8", quant.Q4_K, 144, q4kr8Dot1AVXVNNIID, q4kr8Dot8AVXVNNIID, q4kr8RowsAVXVNNIID, "avxvnni", 15, hasAVXVNNI, noDot, noDot, false},
 	}
 }
 

@@ -10115,6 +10115,3030 @@ q6kRowsVNNI_end:
 	VZEROUPPER
 	RET
 
+// func q4kDot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q4kDot1AVXVNNI(SB), NOSPLIT, $48-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   AX, AX
+	JZ      q4kDot1AVXVNNI_done
+
+q4kDot1AVXVNNI_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R8
+	MOVL         SI, R9
+	ANDL         $0x3f3f3f3f, R9
+	ORQ          R9, R8
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	SHLQ         $0x20, DI
+	ANDL         $0x3f3f3f3f, BX
+	ORQ          DI, BX
+	VMOVQ        BX, X0
+	VPINSRQ      $0x01, R8, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      16(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   36(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      48(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   100(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      80(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   164(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      112(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   228(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x7d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y0, Y2
+	VMOVSS       (CX), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DX), X3
+	VMULPS       X0, X3, X3
+	VXORPS       kqconst<>+160(SB), X3, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X3, Y3
+	VMOVDQU      260(DX), X4
+	VPHADDW      276(DX), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      32(SP), X1
+	VFMADD231PS  X4, X0, X1
+	VMOVUPS      X1, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y0
+	VFMADD231PS  Y2, Y3, Y0
+	VMOVUPS      Y0, (SP)
+	ADDQ         $0x00000090, CX
+	ADDQ         $0x00000124, DX
+	DECQ         AX
+	JNZ          q4kDot1AVXVNNI_blk
+
+q4kDot1AVXVNNI_done:
+	MOVQ         out+32(FP), AX
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      32(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q5kDot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q5kDot1AVXVNNI(SB), NOSPLIT, $48-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   AX, AX
+	JZ      q5kDot1AVXVNNI_done
+
+q5kDot1AVXVNNI_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R8
+	MOVL         SI, R9
+	ANDL         $0x3f3f3f3f, R9
+	ORQ          R9, R8
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	SHLQ         $0x20, DI
+	ANDL         $0x3f3f3f3f, BX
+	ORQ          DI, BX
+	VMOVQ        BX, X0
+	VPINSRQ      $0x01, R8, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      48(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(CX), Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(CX), Y7
+	VPSRLW       $0x01, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DX), Y3, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y5, Y2
+	VPMADDUBSW   36(DX), Y4, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y6, Y2
+	VMOVDQU      80(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(CX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(CX), Y7
+	VPSRLW       $0x03, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DX), Y3, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y5, Y2
+	VPMADDUBSW   100(DX), Y4, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y6, Y2
+	VMOVDQU      112(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(CX), Y7
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(CX), Y7
+	VPSRLW       $0x05, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DX), Y3, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y5, Y2
+	VPMADDUBSW   164(DX), Y4, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y6, Y2
+	VMOVDQU      144(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(CX), Y6
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        kqconst<>+96(SB), Y6, Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPOR         Y6, Y3, Y3
+	VMOVDQU      16(CX), Y6
+	VPSRLW       $0x07, Y6, Y6
+	VPAND        kqconst<>+96(SB), Y6, Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DX), Y3, Y6
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y6, Y5, Y2
+	VPMADDUBSW   228(DX), Y4, Y6
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x7d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y6, Y0, Y2
+	VMOVSS       (CX), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DX), X3
+	VMULPS       X0, X3, X3
+	VXORPS       kqconst<>+160(SB), X3, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X3, Y3
+	VMOVDQU      260(DX), X4
+	VPHADDW      276(DX), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X1
+	VPADDD       X1, X4, X4
+	VPSHUFD      $0xb1, X4, X1
+	VPADDD       X1, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       32(SP), X1
+	VFMADD231SS  X4, X0, X1
+	VMOVSS       X1, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y0
+	VFMADD231PS  Y2, Y3, Y0
+	VMOVUPS      Y0, (SP)
+	ADDQ         $0x000000b0, CX
+	ADDQ         $0x00000124, DX
+	DECQ         AX
+	JNZ          q5kDot1AVXVNNI_blk
+
+q5kDot1AVXVNNI_done:
+	MOVQ         out+32(FP), AX
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       32(SP), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q4kr8Dot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q4kr8Dot1AVXVNNI(SB), NOSPLIT, $48-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   AX, AX
+	JZ      q4kr8Dot1AVXVNNI_done
+
+q4kr8Dot1AVXVNNI_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
+	MOVL         4(CX), BX
+	MOVL         8(CX), SI
+	MOVL         12(CX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R8
+	MOVL         SI, R9
+	ANDL         $0x3f3f3f3f, R9
+	ORQ          R9, R8
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	SHLQ         $0x20, DI
+	ANDL         $0x3f3f3f3f, BX
+	ORQ          DI, BX
+	VMOVQ        BX, X0
+	VPINSRQ      $0x01, R8, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      16(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   36(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      48(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   100(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      80(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   164(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      112(CX), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DX), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   228(DX), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x7d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y0, Y2
+	VMOVSS       (CX), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DX), X3
+	VMULPS       X0, X3, X3
+	VMOVSHDUP    X3, X0
+	VMOVDQU      260(DX), X4
+	VPHADDW      276(DX), X4, X4
+	VPMADDWD     X4, X1, X4
+	VMOVDQA      X4, X1
+	VPSHUFD      $0x4e, X1, X4
+	VPADDD       X4, X1, X1
+	VPSHUFD      $0xb1, X1, X4
+	VPADDD       X4, X1, X1
+	VCVTDQ2PS    X1, X1
+	VMOVSS       32(SP), X4
+	VFMADD231SS  X1, X0, X4
+	VMOVSS       X4, 32(SP)
+	VEXTRACTI128 $0x01, Y2, X0
+	VPADDD       X0, X2, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPADDD       X1, X0, X0
+	VCVTDQ2PS    X0, X0
+	VMOVSS       (SP), X1
+	VFMADD231SS  X0, X3, X1
+	VMOVSS       X1, (SP)
+	ADDQ         $0x00000090, CX
+	ADDQ         $0x00000124, DX
+	DECQ         AX
+	JNZ          q4kr8Dot1AVXVNNI_blk
+
+q4kr8Dot1AVXVNNI_done:
+	MOVQ   out+32(FP), AX
+	VMOVSS (SP), X0
+	VSUBSS 32(SP), X0, X0
+	VMOVSS X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q6kDot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q6kDot1AVXVNNI(SB), NOSPLIT, $32-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVDQU kqconst<>+64(SB), Y0
+	TESTQ   AX, AX
+	JZ      q6kDot1AVXVNNI_done
+
+q6kDot1AVXVNNI_blk:
+	PREFETCHT0   2048(CX)
+	PREFETCHT0   2112(CX)
+	PREFETCHT0   2176(CX)
+	PREFETCHT0   2240(CX)
+	VMOVDQU      192(CX), X1
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      (CX), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(CX), Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+672(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   4(DX), Y3, Y3
+	VPMADDUBSW   4(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      32(CX), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(CX), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+688(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   36(DX), Y3, Y3
+	VPMADDUBSW   36(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      (CX), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(CX), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+704(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   68(DX), Y3, Y3
+	VPMADDUBSW   68(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      32(CX), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(CX), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+720(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   100(DX), Y3, Y3
+	VPMADDUBSW   100(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      64(CX), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(CX), Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+736(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   132(DX), Y3, Y3
+	VPMADDUBSW   132(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      96(CX), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(CX), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+752(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   164(DX), Y3, Y3
+	VPMADDUBSW   164(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      64(CX), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(CX), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+768(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   196(DX), Y3, Y3
+	VPMADDUBSW   196(DX), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      96(CX), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(CX), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+784(SB), X1, X1
+	VPMOVSXBW    X1, Y1
+	VPMADDUBSW   228(DX), Y3, Y3
+	VPMADDUBSW   228(DX), Y0, Y4
+	VPSUBW       Y4, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x75; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y1, Y2
+	MOVWLZX      208(CX), BX
+	VMOVD        BX, X1
+	VCVTPH2PS    X1, X1
+	VMULSS       (DX), X1, X1
+	VBROADCASTSS X1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, (SP)
+	ADDQ         $0x000000d2, CX
+	ADDQ         $0x00000124, DX
+	DECQ         AX
+	JNZ          q6kDot1AVXVNNI_blk
+
+q6kDot1AVXVNNI_done:
+	MOVQ         out+32(FP), AX
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q4kDot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q4kDot8AVXVNNI(SB), NOSPLIT, $384-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	MOVQ    xstride+24(FP), BX
+	LEAQ    (BX)(BX*2), SI
+	LEAQ    (DX)(BX*4), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	VMOVUPS Y0, 48(SP)
+	VMOVUPS X0, 80(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS X0, 128(SP)
+	VMOVUPS Y0, 144(SP)
+	VMOVUPS X0, 176(SP)
+	VMOVUPS Y0, 192(SP)
+	VMOVUPS X0, 224(SP)
+	VMOVUPS Y0, 240(SP)
+	VMOVUPS X0, 272(SP)
+	VMOVUPS Y0, 288(SP)
+	VMOVUPS X0, 320(SP)
+	VMOVUPS Y0, 336(SP)
+	VMOVUPS X0, 368(SP)
+	TESTQ   AX, AX
+	JZ      q4kDot8AVXVNNI_done
+
+q4kDot8AVXVNNI_blk:
+	MOVL         4(CX), R8
+	MOVL         8(CX), R9
+	MOVL         12(CX), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VPXOR        Y8, Y8, Y8
+	VPXOR        Y9, Y9, Y9
+	VMOVDQU      16(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VPSHUFB      kqconst<>+416(SB), Y0, Y12
+	VPSHUFB      kqconst<>+448(SB), Y0, Y13
+	VPMADDUBSW   4(DX), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW   36(DX), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW   4(DX)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW   36(DX)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW   4(DX)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW   36(DX)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW   4(DX)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW   36(DX)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW   4(DI), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW   36(DI), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW   4(DI)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW   36(DI)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW   4(DI)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW   36(DI)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW   4(DI)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW   36(DI)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU      48(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VPSHUFB      kqconst<>+480(SB), Y0, Y12
+	VPSHUFB      kqconst<>+512(SB), Y0, Y13
+	VPMADDUBSW   68(DX), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW   100(DX), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW   68(DX)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW   100(DX)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW   68(DX)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW   100(DX)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW   68(DX)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW   100(DX)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW   68(DI), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW   100(DI), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW   68(DI)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW   100(DI)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW   68(DI)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW   100(DI)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW   68(DI)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW   100(DI)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU      80(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VPSHUFB      kqconst<>+544(SB), Y0, Y12
+	VPSHUFB      kqconst<>+576(SB), Y0, Y13
+	VPMADDUBSW   132(DX), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW   164(DX), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW   132(DX)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW   164(DX)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW   132(DX)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW   164(DX)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW   132(DX)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW   164(DX)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW   132(DI), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW   164(DI), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW   132(DI)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW   164(DI)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW   132(DI)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW   164(DI)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW   132(DI)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW   164(DI)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU      112(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VPSHUFB      kqconst<>+608(SB), Y0, Y12
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DX), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd5 // VPDPWSSD Y13, Y12, Y2
+	VPMADDUBSW   228(DX), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xd5 // VPDPWSSD Y13, Y0, Y2
+	VPMADDUBSW   196(DX)(BX*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xdd // VPDPWSSD Y13, Y12, Y3
+	VPMADDUBSW   228(DX)(BX*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xdd // VPDPWSSD Y13, Y0, Y3
+	VPMADDUBSW   196(DX)(BX*2), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe5 // VPDPWSSD Y13, Y12, Y4
+	VPMADDUBSW   228(DX)(BX*2), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xe5 // VPDPWSSD Y13, Y0, Y4
+	VPMADDUBSW   196(DX)(SI*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xed // VPDPWSSD Y13, Y12, Y5
+	VPMADDUBSW   228(DX)(SI*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xed // VPDPWSSD Y13, Y0, Y5
+	VPMADDUBSW   196(DI), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf5 // VPDPWSSD Y13, Y12, Y6
+	VPMADDUBSW   228(DI), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xf5 // VPDPWSSD Y13, Y0, Y6
+	VPMADDUBSW   196(DI)(BX*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfd // VPDPWSSD Y13, Y12, Y7
+	VPMADDUBSW   228(DI)(BX*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xfd // VPDPWSSD Y13, Y0, Y7
+	VPMADDUBSW   196(DI)(BX*2), Y10, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc5 // VPDPWSSD Y13, Y12, Y8
+	VPMADDUBSW   228(DI)(BX*2), Y11, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x7d; BYTE $0x52; BYTE $0xc5 // VPDPWSSD Y13, Y0, Y8
+	VPMADDUBSW   196(DI)(SI*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xcd // VPDPWSSD Y13, Y12, Y9
+	VPMADDUBSW   228(DI)(SI*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x7d; BYTE $0x52; BYTE $0xcd // VPDPWSSD Y13, Y0, Y9
+	VMOVSS       (CX), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DX), X10
+	VMULPS       X0, X10, X10
+	VXORPS       kqconst<>+160(SB), X10, X11
+	VSHUFPS      $0x55, X11, X11, X11
+	VBROADCASTSS X10, Y10
+	VMOVDQU      260(DX), X12
+	VPHADDW      276(DX), X12, X12
+	VPMADDWD     X12, X1, X12
+	VCVTDQ2PS    X12, X12
+	VMOVUPS      32(SP), X13
+	VFMADD231PS  X12, X11, X13
+	VMOVUPS      X13, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y11
+	VFMADD231PS  Y2, Y10, Y11
+	VMOVUPS      Y11, (SP)
+	VBROADCASTSS (DX)(BX*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X10
+	VSHUFPS      $0x55, X10, X10, X10
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DX)(BX*1), X11
+	VPHADDW      276(DX)(BX*1), X11, X11
+	VPMADDWD     X11, X1, X11
+	VCVTDQ2PS    X11, X11
+	VMOVUPS      80(SP), X12
+	VFMADD231PS  X11, X10, X12
+	VMOVUPS      X12, 80(SP)
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      48(SP), Y10
+	VFMADD231PS  Y3, Y2, Y10
+	VMOVUPS      Y10, 48(SP)
+	VBROADCASTSS (DX)(BX*2), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DX)(BX*2), X10
+	VPHADDW      276(DX)(BX*2), X10, X10
+	VPMADDWD     X10, X1, X10
+	VCVTDQ2PS    X10, X10
+	VMOVUPS      128(SP), X11
+	VFMADD231PS  X10, X3, X11
+	VMOVUPS      X11, 128(SP)
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      96(SP), Y3
+	VFMADD231PS  Y4, Y2, Y3
+	VMOVUPS      Y3, 96(SP)
+	VBROADCASTSS (DX)(SI*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DX)(SI*1), X4
+	VPHADDW      276(DX)(SI*1), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      176(SP), X10
+	VFMADD231PS  X4, X3, X10
+	VMOVUPS      X10, 176(SP)
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      144(SP), Y3
+	VFMADD231PS  Y5, Y2, Y3
+	VMOVUPS      Y3, 144(SP)
+	VBROADCASTSS (DI), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      224(SP), X5
+	VFMADD231PS  X4, X3, X5
+	VMOVUPS      X5, 224(SP)
+	VCVTDQ2PS    Y6, Y6
+	VMOVUPS      192(SP), Y3
+	VFMADD231PS  Y6, Y2, Y3
+	VMOVUPS      Y3, 192(SP)
+	VBROADCASTSS (DI)(BX*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI)(BX*1), X4
+	VPHADDW      276(DI)(BX*1), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      272(SP), X5
+	VFMADD231PS  X4, X3, X5
+	VMOVUPS      X5, 272(SP)
+	VCVTDQ2PS    Y7, Y7
+	VMOVUPS      240(SP), Y3
+	VFMADD231PS  Y7, Y2, Y3
+	VMOVUPS      Y3, 240(SP)
+	VBROADCASTSS (DI)(BX*2), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI)(BX*2), X4
+	VPHADDW      276(DI)(BX*2), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      320(SP), X5
+	VFMADD231PS  X4, X3, X5
+	VMOVUPS      X5, 320(SP)
+	VCVTDQ2PS    Y8, Y8
+	VMOVUPS      288(SP), Y3
+	VFMADD231PS  Y8, Y2, Y3
+	VMOVUPS      Y3, 288(SP)
+	VBROADCASTSS (DI)(SI*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI)(SI*1), X3
+	VPHADDW      276(DI)(SI*1), X3, X3
+	VPMADDWD     X3, X1, X3
+	VCVTDQ2PS    X3, X3
+	VMOVUPS      368(SP), X1
+	VFMADD231PS  X3, X0, X1
+	VMOVUPS      X1, 368(SP)
+	VCVTDQ2PS    Y9, Y9
+	VMOVUPS      336(SP), Y0
+	VFMADD231PS  Y9, Y2, Y0
+	VMOVUPS      Y0, 336(SP)
+	ADDQ         $0x00000090, CX
+	ADDQ         $0x00000124, DX
+	ADDQ         $0x00000124, DI
+	DECQ         AX
+	JNZ          q4kDot8AVXVNNI_blk
+
+q4kDot8AVXVNNI_done:
+	MOVQ         out+32(FP), AX
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      32(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	VMOVUPS      48(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      80(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(AX)
+	VMOVUPS      96(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      128(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 8(AX)
+	VMOVUPS      144(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      176(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 12(AX)
+	VMOVUPS      192(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      224(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 16(AX)
+	VMOVUPS      240(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      272(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 20(AX)
+	VMOVUPS      288(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      320(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 24(AX)
+	VMOVUPS      336(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      368(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 28(AX)
+	VZEROUPPER
+	RET
+
+// func q5kDot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q5kDot8AVXVNNI(SB), NOSPLIT, $384-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	MOVQ    xstride+24(FP), BX
+	LEAQ    (BX)(BX*2), SI
+	LEAQ    (DX)(BX*4), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	VMOVUPS Y0, 48(SP)
+	VMOVUPS X0, 80(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS X0, 128(SP)
+	VMOVUPS Y0, 144(SP)
+	VMOVUPS X0, 176(SP)
+	VMOVUPS Y0, 192(SP)
+	VMOVUPS X0, 224(SP)
+	VMOVUPS Y0, 240(SP)
+	VMOVUPS X0, 272(SP)
+	VMOVUPS Y0, 288(SP)
+	VMOVUPS X0, 320(SP)
+	VMOVUPS Y0, 336(SP)
+	VMOVUPS X0, 368(SP)
+	TESTQ   AX, AX
+	JZ      q5kDot8AVXVNNI_done
+
+q5kDot8AVXVNNI_blk:
+	MOVL         4(CX), R8
+	MOVL         8(CX), R9
+	MOVL         12(CX), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VPXOR        Y8, Y8, Y8
+	VPXOR        Y9, Y9, Y9
+	VMOVDQU      48(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VMOVDQU      16(CX), Y14
+	VPAND        kqconst<>+96(SB), Y14, Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      16(CX), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        kqconst<>+96(SB), Y14, Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VPSHUFB      kqconst<>+416(SB), Y0, Y12
+	VPSHUFB      kqconst<>+448(SB), Y0, Y13
+	VPMADDUBSW   4(DX), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW   36(DX), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW   4(DX)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW   36(DX)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW   4(DX)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW   36(DX)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW   4(DX)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW   36(DX)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW   4(DI), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW   36(DI), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW   4(DI)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW   36(DI)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW   4(DI)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW   36(DI)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW   4(DI)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW   36(DI)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU      80(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VMOVDQU      16(CX), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        kqconst<>+96(SB), Y14, Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      16(CX), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        kqconst<>+96(SB), Y14, Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VPSHUFB      kqconst<>+480(SB), Y0, Y12
+	VPSHUFB      kqconst<>+512(SB), Y0, Y13
+	VPMADDUBSW   68(DX), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW   100(DX), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW   68(DX)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW   100(DX)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW   68(DX)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW   100(DX)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW   68(DX)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW   100(DX)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW   68(DI), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW   100(DI), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW   68(DI)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW   100(DI)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW   68(DI)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW   100(DI)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW   68(DI)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW   100(DI)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU      112(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VMOVDQU      16(CX), Y14
+	VPSRLW       $0x04, Y14, Y14
+	VPAND        kqconst<>+96(SB), Y14, Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      16(CX), Y14
+	VPSRLW       $0x05, Y14, Y14
+	VPAND        kqconst<>+96(SB), Y14, Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VPSHUFB      kqconst<>+544(SB), Y0, Y12
+	VPSHUFB      kqconst<>+576(SB), Y0, Y13
+	VPMADDUBSW   132(DX), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW   164(DX), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW   132(DX)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW   164(DX)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW   132(DX)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW   164(DX)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW   132(DX)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW   164(DX)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW   132(DI), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW   164(DI), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW   132(DI)(BX*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW   164(DI)(BX*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW   132(DI)(BX*2), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW   164(DI)(BX*2), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW   132(DI)(SI*1), Y10, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW   164(DI)(SI*1), Y11, Y14
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU      144(CX), Y11
+	VPAND        kqconst<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+0(SB), Y11, Y11
+	VMOVDQU      16(CX), Y13
+	VPSRLW       $0x06, Y13, Y13
+	VPAND        kqconst<>+96(SB), Y13, Y13
+	VPSLLW       $0x04, Y13, Y13
+	VPOR         Y13, Y10, Y10
+	VMOVDQU      16(CX), Y13
+	VPSRLW       $0x07, Y13, Y13
+	VPAND        kqconst<>+96(SB), Y13, Y13
+	VPSLLW       $0x04, Y13, Y13
+	VPOR         Y13, Y11, Y11
+	VPSHUFB      kqconst<>+608(SB), Y0, Y12
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DX), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd5 // VPDPWSSD Y13, Y12, Y2
+	VPMADDUBSW   228(DX), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xd5 // VPDPWSSD Y13, Y0, Y2
+	VPMADDUBSW   196(DX)(BX*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xdd // VPDPWSSD Y13, Y12, Y3
+	VPMADDUBSW   228(DX)(BX*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xdd // VPDPWSSD Y13, Y0, Y3
+	VPMADDUBSW   196(DX)(BX*2), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe5 // VPDPWSSD Y13, Y12, Y4
+	VPMADDUBSW   228(DX)(BX*2), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xe5 // VPDPWSSD Y13, Y0, Y4
+	VPMADDUBSW   196(DX)(SI*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xed // VPDPWSSD Y13, Y12, Y5
+	VPMADDUBSW   228(DX)(SI*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xed // VPDPWSSD Y13, Y0, Y5
+	VPMADDUBSW   196(DI), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf5 // VPDPWSSD Y13, Y12, Y6
+	VPMADDUBSW   228(DI), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xf5 // VPDPWSSD Y13, Y0, Y6
+	VPMADDUBSW   196(DI)(BX*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfd // VPDPWSSD Y13, Y12, Y7
+	VPMADDUBSW   228(DI)(BX*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xfd // VPDPWSSD Y13, Y0, Y7
+	VPMADDUBSW   196(DI)(BX*2), Y10, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc5 // VPDPWSSD Y13, Y12, Y8
+	VPMADDUBSW   228(DI)(BX*2), Y11, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x7d; BYTE $0x52; BYTE $0xc5 // VPDPWSSD Y13, Y0, Y8
+	VPMADDUBSW   196(DI)(SI*1), Y10, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xcd // VPDPWSSD Y13, Y12, Y9
+	VPMADDUBSW   228(DI)(SI*1), Y11, Y13
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x7d; BYTE $0x52; BYTE $0xcd // VPDPWSSD Y13, Y0, Y9
+	VMOVSS       (CX), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DX), X10
+	VMULPS       X0, X10, X10
+	VXORPS       kqconst<>+160(SB), X10, X11
+	VSHUFPS      $0x55, X11, X11, X11
+	VBROADCASTSS X10, Y10
+	VMOVDQU      260(DX), X12
+	VPHADDW      276(DX), X12, X12
+	VPMADDWD     X12, X1, X12
+	VPSHUFD      $0x4e, X12, X13
+	VPADDD       X13, X12, X12
+	VPSHUFD      $0xb1, X12, X13
+	VPADDD       X13, X12, X12
+	VCVTDQ2PS    X12, X12
+	VMOVSS       32(SP), X13
+	VFMADD231SS  X12, X11, X13
+	VMOVSS       X13, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y11
+	VFMADD231PS  Y2, Y10, Y11
+	VMOVUPS      Y11, (SP)
+	VBROADCASTSS (DX)(BX*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X10
+	VSHUFPS      $0x55, X10, X10, X10
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DX)(BX*1), X11
+	VPHADDW      276(DX)(BX*1), X11, X11
+	VPMADDWD     X11, X1, X11
+	VPSHUFD      $0x4e, X11, X12
+	VPADDD       X12, X11, X11
+	VPSHUFD      $0xb1, X11, X12
+	VPADDD       X12, X11, X11
+	VCVTDQ2PS    X11, X11
+	VMOVSS       80(SP), X12
+	VFMADD231SS  X11, X10, X12
+	VMOVSS       X12, 80(SP)
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      48(SP), Y10
+	VFMADD231PS  Y3, Y2, Y10
+	VMOVUPS      Y10, 48(SP)
+	VBROADCASTSS (DX)(BX*2), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DX)(BX*2), X10
+	VPHADDW      276(DX)(BX*2), X10, X10
+	VPMADDWD     X10, X1, X10
+	VPSHUFD      $0x4e, X10, X11
+	VPADDD       X11, X10, X10
+	VPSHUFD      $0xb1, X10, X11
+	VPADDD       X11, X10, X10
+	VCVTDQ2PS    X10, X10
+	VMOVSS       128(SP), X11
+	VFMADD231SS  X10, X3, X11
+	VMOVSS       X11, 128(SP)
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      96(SP), Y3
+	VFMADD231PS  Y4, Y2, Y3
+	VMOVUPS      Y3, 96(SP)
+	VBROADCASTSS (DX)(SI*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DX)(SI*1), X4
+	VPHADDW      276(DX)(SI*1), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X10
+	VPADDD       X10, X4, X4
+	VPSHUFD      $0xb1, X4, X10
+	VPADDD       X10, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       176(SP), X10
+	VFMADD231SS  X4, X3, X10
+	VMOVSS       X10, 176(SP)
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      144(SP), Y3
+	VFMADD231PS  Y5, Y2, Y3
+	VMOVUPS      Y3, 144(SP)
+	VBROADCASTSS (DI), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       224(SP), X5
+	VFMADD231SS  X4, X3, X5
+	VMOVSS       X5, 224(SP)
+	VCVTDQ2PS    Y6, Y6
+	VMOVUPS      192(SP), Y3
+	VFMADD231PS  Y6, Y2, Y3
+	VMOVUPS      Y3, 192(SP)
+	VBROADCASTSS (DI)(BX*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI)(BX*1), X4
+	VPHADDW      276(DI)(BX*1), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       272(SP), X5
+	VFMADD231SS  X4, X3, X5
+	VMOVSS       X5, 272(SP)
+	VCVTDQ2PS    Y7, Y7
+	VMOVUPS      240(SP), Y3
+	VFMADD231PS  Y7, Y2, Y3
+	VMOVUPS      Y3, 240(SP)
+	VBROADCASTSS (DI)(BX*2), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X3
+	VSHUFPS      $0x55, X3, X3, X3
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI)(BX*2), X4
+	VPHADDW      276(DI)(BX*2), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       320(SP), X5
+	VFMADD231SS  X4, X3, X5
+	VMOVSS       X5, 320(SP)
+	VCVTDQ2PS    Y8, Y8
+	VMOVUPS      288(SP), Y3
+	VFMADD231PS  Y8, Y2, Y3
+	VMOVUPS      Y3, 288(SP)
+	VBROADCASTSS (DI)(SI*1), X2
+	VMULPS       X0, X2, X2
+	VXORPS       kqconst<>+160(SB), X2, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X2, Y2
+	VMOVDQU      260(DI)(SI*1), X3
+	VPHADDW      276(DI)(SI*1), X3, X3
+	VPMADDWD     X3, X1, X3
+	VPSHUFD      $0x4e, X3, X1
+	VPADDD       X1, X3, X3
+	VPSHUFD      $0xb1, X3, X1
+	VPADDD       X1, X3, X3
+	VCVTDQ2PS    X3, X3
+	VMOVSS       368(SP), X1
+	VFMADD231SS  X3, X0, X1
+	VMOVSS       X1, 368(SP)
+	VCVTDQ2PS    Y9, Y9
+	VMOVUPS      336(SP), Y0
+	VFMADD231PS  Y9, Y2, Y0
+	VMOVUPS      Y0, 336(SP)
+	ADDQ         $0x000000b0, CX
+	ADDQ         $0x00000124, DX
+	ADDQ         $0x00000124, DI
+	DECQ         AX
+	JNZ          q5kDot8AVXVNNI_blk
+
+q5kDot8AVXVNNI_done:
+	MOVQ         out+32(FP), AX
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       32(SP), X0, X0
+	VMOVSS       X0, (AX)
+	VMOVUPS      48(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       80(SP), X0, X0
+	VMOVSS       X0, 4(AX)
+	VMOVUPS      96(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       128(SP), X0, X0
+	VMOVSS       X0, 8(AX)
+	VMOVUPS      144(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       176(SP), X0, X0
+	VMOVSS       X0, 12(AX)
+	VMOVUPS      192(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       224(SP), X0, X0
+	VMOVSS       X0, 16(AX)
+	VMOVUPS      240(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       272(SP), X0, X0
+	VMOVSS       X0, 20(AX)
+	VMOVUPS      288(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       320(SP), X0, X0
+	VMOVSS       X0, 24(AX)
+	VMOVUPS      336(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       368(SP), X0, X0
+	VMOVSS       X0, 28(AX)
+	VZEROUPPER
+	RET
+
+// func q4kr8Dot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q4kr8Dot8AVXVNNI(SB), NOSPLIT, $384-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	MOVQ    xstride+24(FP), BX
+	LEAQ    (BX)(BX*2), SI
+	LEAQ    (DX)(BX*4), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	VMOVUPS Y0, 48(SP)
+	VMOVUPS X0, 80(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS X0, 128(SP)
+	VMOVUPS Y0, 144(SP)
+	VMOVUPS X0, 176(SP)
+	VMOVUPS Y0, 192(SP)
+	VMOVUPS X0, 224(SP)
+	VMOVUPS Y0, 240(SP)
+	VMOVUPS X0, 272(SP)
+	VMOVUPS Y0, 288(SP)
+	VMOVUPS X0, 320(SP)
+	VMOVUPS Y0, 336(SP)
+	VMOVUPS X0, 368(SP)
+	TESTQ   AX, AX
+	JZ      q4kr8Dot8AVXVNNI_done
+
+q4kr8Dot8AVXVNNI_blk:
+	MOVL           4(CX), R8
+	MOVL           8(CX), R9
+	MOVL           12(CX), R10
+	MOVL           R10, R11
+	SHRL           $0x04, R11
+	ANDL           $0x0f0f0f0f, R11
+	MOVL           R9, R12
+	SHRL           $0x06, R12
+	ANDL           $0x03030303, R12
+	SHLL           $0x04, R12
+	ORL            R12, R11
+	SHLQ           $0x20, R11
+	MOVL           R9, R12
+	ANDL           $0x3f3f3f3f, R12
+	ORQ            R12, R11
+	ANDL           $0x0f0f0f0f, R10
+	MOVL           R8, R12
+	SHRL           $0x06, R12
+	ANDL           $0x03030303, R12
+	SHLL           $0x04, R12
+	ORL            R12, R10
+	SHLQ           $0x20, R10
+	ANDL           $0x3f3f3f3f, R8
+	ORQ            R10, R8
+	VMOVQ          R8, X0
+	VPINSRQ        $0x01, R11, X0, X0
+	VPMOVZXBW      X0, Y0
+	VEXTRACTI128   $0x01, Y0, X1
+	VINSERTI128    $0x01, X0, Y0, Y0
+	VPXOR          Y2, Y2, Y2
+	VPXOR          Y3, Y3, Y3
+	VPXOR          Y4, Y4, Y4
+	VPXOR          Y5, Y5, Y5
+	VPXOR          Y6, Y6, Y6
+	VPXOR          Y7, Y7, Y7
+	VPXOR          Y8, Y8, Y8
+	VPXOR          Y9, Y9, Y9
+	VMOVDQU        16(CX), Y11
+	VPAND          kqconst<>+0(SB), Y11, Y10
+	VPSRLW         $0x04, Y11, Y11
+	VPAND          kqconst<>+0(SB), Y11, Y11
+	VPSHUFB        kqconst<>+416(SB), Y0, Y12
+	VPSHUFB        kqconst<>+448(SB), Y0, Y13
+	VPMADDUBSW     4(DX), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW     36(DX), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW     4(DX)(BX*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW     36(DX)(BX*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW     4(DX)(BX*2), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW     36(DX)(BX*2), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW     4(DX)(SI*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW     36(DX)(SI*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW     4(DI), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW     36(DI), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW     4(DI)(BX*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW     36(DI)(BX*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW     4(DI)(BX*2), Y10, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW     36(DI)(BX*2), Y11, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW     4(DI)(SI*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW     36(DI)(SI*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU        48(CX), Y11
+	VPAND          kqconst<>+0(SB), Y11, Y10
+	VPSRLW         $0x04, Y11, Y11
+	VPAND          kqconst<>+0(SB), Y11, Y11
+	VPSHUFB        kqconst<>+480(SB), Y0, Y12
+	VPSHUFB        kqconst<>+512(SB), Y0, Y13
+	VPMADDUBSW     68(DX), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW     100(DX), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW     68(DX)(BX*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW     100(DX)(BX*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW     68(DX)(BX*2), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW     100(DX)(BX*2), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW     68(DX)(SI*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW     100(DX)(SI*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW     68(DI), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW     100(DI), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW     68(DI)(BX*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW     100(DI)(BX*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW     68(DI)(BX*2), Y10, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW     100(DI)(BX*2), Y11, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW     68(DI)(SI*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW     100(DI)(SI*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU        80(CX), Y11
+	VPAND          kqconst<>+0(SB), Y11, Y10
+	VPSRLW         $0x04, Y11, Y11
+	VPAND          kqconst<>+0(SB), Y11, Y11
+	VPSHUFB        kqconst<>+544(SB), Y0, Y12
+	VPSHUFB        kqconst<>+576(SB), Y0, Y13
+	VPMADDUBSW     132(DX), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y12, Y2
+	VPMADDUBSW     164(DX), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y14, Y13, Y2
+	VPMADDUBSW     132(DX)(BX*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y12, Y3
+	VPMADDUBSW     164(DX)(BX*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xde // VPDPWSSD Y14, Y13, Y3
+	VPMADDUBSW     132(DX)(BX*2), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y12, Y4
+	VPMADDUBSW     164(DX)(BX*2), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xe6 // VPDPWSSD Y14, Y13, Y4
+	VPMADDUBSW     132(DX)(SI*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y12, Y5
+	VPMADDUBSW     164(DX)(SI*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xee // VPDPWSSD Y14, Y13, Y5
+	VPMADDUBSW     132(DI), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y12, Y6
+	VPMADDUBSW     164(DI), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xf6 // VPDPWSSD Y14, Y13, Y6
+	VPMADDUBSW     132(DI)(BX*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y12, Y7
+	VPMADDUBSW     164(DI)(BX*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x52; BYTE $0xfe // VPDPWSSD Y14, Y13, Y7
+	VPMADDUBSW     132(DI)(BX*2), Y10, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y12, Y8
+	VPMADDUBSW     164(DI)(BX*2), Y11, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xc6 // VPDPWSSD Y14, Y13, Y8
+	VPMADDUBSW     132(DI)(SI*1), Y10, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y12, Y9
+	VPMADDUBSW     164(DI)(SI*1), Y11, Y14
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x52; BYTE $0xce // VPDPWSSD Y14, Y13, Y9
+	VMOVDQU        112(CX), Y11
+	VPAND          kqconst<>+0(SB), Y11, Y10
+	VPSRLW         $0x04, Y11, Y11
+	VPAND          kqconst<>+0(SB), Y11, Y11
+	VPSHUFB        kqconst<>+608(SB), Y0, Y12
+	VPSHUFB        kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW     196(DX), Y10, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xd5 // VPDPWSSD Y13, Y12, Y2
+	VPMADDUBSW     228(DX), Y11, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xd5 // VPDPWSSD Y13, Y0, Y2
+	VPMADDUBSW     196(DX)(BX*1), Y10, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xdd // VPDPWSSD Y13, Y12, Y3
+	VPMADDUBSW     228(DX)(BX*1), Y11, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xdd // VPDPWSSD Y13, Y0, Y3
+	VPMADDUBSW     196(DX)(BX*2), Y10, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xe5 // VPDPWSSD Y13, Y12, Y4
+	VPMADDUBSW     228(DX)(BX*2), Y11, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xe5 // VPDPWSSD Y13, Y0, Y4
+	VPMADDUBSW     196(DX)(SI*1), Y10, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xed // VPDPWSSD Y13, Y12, Y5
+	VPMADDUBSW     228(DX)(SI*1), Y11, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xed // VPDPWSSD Y13, Y0, Y5
+	VPMADDUBSW     196(DI), Y10, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xf5 // VPDPWSSD Y13, Y12, Y6
+	VPMADDUBSW     228(DI), Y11, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xf5 // VPDPWSSD Y13, Y0, Y6
+	VPMADDUBSW     196(DI)(BX*1), Y10, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x52; BYTE $0xfd // VPDPWSSD Y13, Y12, Y7
+	VPMADDUBSW     228(DI)(BX*1), Y11, Y13
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x7d; BYTE $0x52; BYTE $0xfd // VPDPWSSD Y13, Y0, Y7
+	VPMADDUBSW     196(DI)(BX*2), Y10, Y13
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xc5 // VPDPWSSD Y13, Y12, Y8
+	VPMADDUBSW     228(DI)(BX*2), Y11, Y13
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x7d; BYTE $0x52; BYTE $0xc5 // VPDPWSSD Y13, Y0, Y8
+	VPMADDUBSW     196(DI)(SI*1), Y10, Y13
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x1d; BYTE $0x52; BYTE $0xcd // VPDPWSSD Y13, Y12, Y9
+	VPMADDUBSW     228(DI)(SI*1), Y11, Y13
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x7d; BYTE $0x52; BYTE $0xcd // VPDPWSSD Y13, Y0, Y9
+	VPHADDD        Y3, Y2, Y0
+	VPHADDD        Y5, Y4, Y2
+	VPHADDD        Y7, Y6, Y3
+	VPHADDD        Y9, Y8, Y4
+	VPHADDD        Y2, Y0, Y0
+	VPHADDD        Y4, Y3, Y2
+	VPERM2I128     $0x20, Y2, Y0, Y3
+	VPERM2I128     $0x31, Y2, Y0, Y0
+	VPADDD         Y3, Y0, Y0
+	VCVTDQ2PS      Y0, Y0
+	VMOVDQU        X1, 64(SP)
+	VBROADCASTI128 64(SP), Y1
+	VBROADCASTI128 260(DX), Y2
+	VINSERTI128    $0x01, 260(DI), Y2, Y2
+	VBROADCASTI128 276(DX), Y3
+	VINSERTI128    $0x01, 276(DI), Y3, Y3
+	VPHADDW        Y3, Y2, Y2
+	VPMADDWD       Y2, Y1, Y2
+	VBROADCASTI128 260(DX)(BX*1), Y3
+	VINSERTI128    $0x01, 260(DI)(BX*1), Y3, Y3
+	VBROADCASTI128 276(DX)(BX*1), Y4
+	VINSERTI128    $0x01, 276(DI)(BX*1), Y4, Y4
+	VPHADDW        Y4, Y3, Y3
+	VPMADDWD       Y3, Y1, Y3
+	VBROADCASTI128 260(DX)(BX*2), Y4
+	VINSERTI128    $0x01, 260(DI)(BX*2), Y4, Y4
+	VBROADCASTI128 276(DX)(BX*2), Y5
+	VINSERTI128    $0x01, 276(DI)(BX*2), Y5, Y5
+	VPHADDW        Y5, Y4, Y4
+	VPMADDWD       Y4, Y1, Y4
+	VBROADCASTI128 260(DX)(SI*1), Y5
+	VINSERTI128    $0x01, 260(DI)(SI*1), Y5, Y5
+	VBROADCASTI128 276(DX)(SI*1), Y6
+	VINSERTI128    $0x01, 276(DI)(SI*1), Y6, Y6
+	VPHADDW        Y6, Y5, Y5
+	VPMADDWD       Y5, Y1, Y5
+	VPHADDD        Y3, Y2, Y1
+	VPHADDD        Y5, Y4, Y2
+	VPHADDD        Y2, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VBROADCASTSS   (DX), Y2
+	VBROADCASTSS   (DX)(BX*1), Y3
+	VBLENDPS       $0x02, Y3, Y2, Y2
+	VBROADCASTSS   (DX)(BX*2), Y3
+	VBLENDPS       $0x04, Y3, Y2, Y2
+	VBROADCASTSS   (DX)(SI*1), Y3
+	VBLENDPS       $0x08, Y3, Y2, Y2
+	VBROADCASTSS   (DI), Y3
+	VBLENDPS       $0x10, Y3, Y2, Y2
+	VBROADCASTSS   (DI)(BX*1), Y3
+	VBLENDPS       $0x20, Y3, Y2, Y2
+	VBROADCASTSS   (DI)(BX*2), Y3
+	VBLENDPS       $0x40, Y3, Y2, Y2
+	VBROADCASTSS   (DI)(SI*1), Y3
+	VBLENDPS       $0x80, Y3, Y2, Y2
+	VMOVSS         (CX), X3
+	VCVTPH2PS      X3, X3
+	VBROADCASTSS   X3, Y4
+	VMOVSHDUP      X3, X3
+	VBROADCASTSS   X3, Y3
+	VMULPS         Y2, Y4, Y4
+	VMULPS         Y2, Y3, Y3
+	VMOVUPS        (SP), Y2
+	VFMADD231PS    Y0, Y4, Y2
+	VMOVUPS        Y2, (SP)
+	VMOVUPS        32(SP), Y2
+	VFMADD231PS    Y1, Y3, Y2
+	VMOVUPS        Y2, 32(SP)
+	ADDQ           $0x00000090, CX
+	ADDQ           $0x00000124, DX
+	ADDQ           $0x00000124, DI
+	DECQ           AX
+	JNZ            q4kr8Dot8AVXVNNI_blk
+
+q4kr8Dot8AVXVNNI_done:
+	MOVQ    out+32(FP), AX
+	VMOVUPS (SP), Y0
+	VSUBPS  32(SP), Y0, Y0
+	VMOVUPS Y0, (AX)
+	VZEROUPPER
+	RET
+
+// func q6kDot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q6kDot8AVXVNNI(SB), NOSPLIT, $256-40
+	MOVQ    nb+0(FP), AX
+	MOVQ    w+8(FP), CX
+	MOVQ    x+16(FP), DX
+	MOVQ    xstride+24(FP), BX
+	LEAQ    (BX)(BX*2), SI
+	LEAQ    (DX)(BX*4), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS Y0, 32(SP)
+	VMOVUPS Y0, 64(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS Y0, 128(SP)
+	VMOVUPS Y0, 160(SP)
+	VMOVUPS Y0, 192(SP)
+	VMOVUPS Y0, 224(SP)
+	VMOVDQU kqconst<>+64(SB), Y0
+	TESTQ   AX, AX
+	JZ      q6kDot8AVXVNNI_done
+
+q6kDot8AVXVNNI_blk:
+	VMOVDQU      192(CX), X1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VPXOR        Y8, Y8, Y8
+	VPXOR        Y9, Y9, Y9
+	VMOVDQU      (CX), Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      128(CX), Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+672(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   4(DX), Y10, Y12
+	VPMADDUBSW   4(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   4(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   4(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   4(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   4(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   4(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   4(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   4(DI), Y10, Y12
+	VPMADDUBSW   4(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   4(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   4(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   4(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   4(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   4(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   4(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      32(CX), Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      128(CX), Y11
+	VPSRLW       $0x02, Y11, Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+688(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   36(DX), Y10, Y12
+	VPMADDUBSW   36(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   36(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   36(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   36(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   36(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   36(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   36(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   36(DI), Y10, Y12
+	VPMADDUBSW   36(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   36(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   36(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   36(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   36(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   36(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   36(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      (CX), Y10
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      128(CX), Y11
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+704(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   68(DX), Y10, Y12
+	VPMADDUBSW   68(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   68(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   68(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   68(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   68(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   68(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   68(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   68(DI), Y10, Y12
+	VPMADDUBSW   68(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   68(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   68(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   68(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   68(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   68(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   68(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      32(CX), Y10
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      128(CX), Y11
+	VPSRLW       $0x06, Y11, Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+720(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   100(DX), Y10, Y12
+	VPMADDUBSW   100(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   100(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   100(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   100(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   100(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   100(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   100(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   100(DI), Y10, Y12
+	VPMADDUBSW   100(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   100(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   100(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   100(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   100(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   100(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   100(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      64(CX), Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      160(CX), Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+736(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   132(DX), Y10, Y12
+	VPMADDUBSW   132(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   132(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   132(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   132(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   132(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   132(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   132(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   132(DI), Y10, Y12
+	VPMADDUBSW   132(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   132(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   132(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   132(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   132(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   132(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   132(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      96(CX), Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      160(CX), Y11
+	VPSRLW       $0x02, Y11, Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+752(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   164(DX), Y10, Y12
+	VPMADDUBSW   164(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   164(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   164(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   164(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   164(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   164(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   164(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   164(DI), Y10, Y12
+	VPMADDUBSW   164(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   164(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   164(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   164(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   164(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   164(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   164(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      64(CX), Y10
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      160(CX), Y11
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+768(SB), X1, X11
+	VPMOVSXBW    X11, Y11
+	VPMADDUBSW   196(DX), Y10, Y12
+	VPMADDUBSW   196(DX), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xd4 // VPDPWSSD Y12, Y11, Y2
+	VPMADDUBSW   196(DX)(BX*1), Y10, Y12
+	VPMADDUBSW   196(DX)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xdc // VPDPWSSD Y12, Y11, Y3
+	VPMADDUBSW   196(DX)(BX*2), Y10, Y12
+	VPMADDUBSW   196(DX)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xe4 // VPDPWSSD Y12, Y11, Y4
+	VPMADDUBSW   196(DX)(SI*1), Y10, Y12
+	VPMADDUBSW   196(DX)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xec // VPDPWSSD Y12, Y11, Y5
+	VPMADDUBSW   196(DI), Y10, Y12
+	VPMADDUBSW   196(DI), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xf4 // VPDPWSSD Y12, Y11, Y6
+	VPMADDUBSW   196(DI)(BX*1), Y10, Y12
+	VPMADDUBSW   196(DI)(BX*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x52; BYTE $0xfc // VPDPWSSD Y12, Y11, Y7
+	VPMADDUBSW   196(DI)(BX*2), Y10, Y12
+	VPMADDUBSW   196(DI)(BX*2), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xc4 // VPDPWSSD Y12, Y11, Y8
+	VPMADDUBSW   196(DI)(SI*1), Y10, Y12
+	VPMADDUBSW   196(DI)(SI*1), Y0, Y13
+	VPSUBW       Y13, Y12, Y12
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x25; BYTE $0x52; BYTE $0xcc // VPDPWSSD Y12, Y11, Y9
+	VMOVDQU      96(CX), Y10
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        kqconst<>+0(SB), Y10, Y10
+	VMOVDQU      160(CX), Y11
+	VPSRLW       $0x06, Y11, Y11
+	VPAND        kqconst<>+32(SB), Y11, Y11
+	VPSLLW       $0x04, Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      kqconst<>+784(SB), X1, X1
+	VPMOVSXBW    X1, Y1
+	VPMADDUBSW   228(DX), Y10, Y11
+	VPMADDUBSW   228(DX), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x75; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y11, Y1, Y2
+	VPMADDUBSW   228(DX)(BX*1), Y10, Y11
+	VPMADDUBSW   228(DX)(BX*1), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x75; BYTE $0x52; BYTE $0xdb // VPDPWSSD Y11, Y1, Y3
+	VPMADDUBSW   228(DX)(BX*2), Y10, Y11
+	VPMADDUBSW   228(DX)(BX*2), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x75; BYTE $0x52; BYTE $0xe3 // VPDPWSSD Y11, Y1, Y4
+	VPMADDUBSW   228(DX)(SI*1), Y10, Y11
+	VPMADDUBSW   228(DX)(SI*1), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x75; BYTE $0x52; BYTE $0xeb // VPDPWSSD Y11, Y1, Y5
+	VPMADDUBSW   228(DI), Y10, Y11
+	VPMADDUBSW   228(DI), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x75; BYTE $0x52; BYTE $0xf3 // VPDPWSSD Y11, Y1, Y6
+	VPMADDUBSW   228(DI)(BX*1), Y10, Y11
+	VPMADDUBSW   228(DI)(BX*1), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0xc2; BYTE $0x75; BYTE $0x52; BYTE $0xfb // VPDPWSSD Y11, Y1, Y7
+	VPMADDUBSW   228(DI)(BX*2), Y10, Y11
+	VPMADDUBSW   228(DI)(BX*2), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x75; BYTE $0x52; BYTE $0xc3 // VPDPWSSD Y11, Y1, Y8
+	VPMADDUBSW   228(DI)(SI*1), Y10, Y11
+	VPMADDUBSW   228(DI)(SI*1), Y0, Y12
+	VPSUBW       Y12, Y11, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x75; BYTE $0x52; BYTE $0xcb // VPDPWSSD Y11, Y1, Y9
+	MOVWLZX      208(CX), R8
+	VMOVD        R8, X1
+	VCVTPH2PS    X1, X1
+	VMULSS       (DX), X1, X10
+	VBROADCASTSS X10, Y10
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y11
+	VFMADD231PS  Y2, Y10, Y11
+	VMOVUPS      Y11, (SP)
+	VMULSS       (DX)(BX*1), X1, X2
+	VBROADCASTSS X2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      32(SP), Y10
+	VFMADD231PS  Y3, Y2, Y10
+	VMOVUPS      Y10, 32(SP)
+	VMULSS       (DX)(BX*2), X1, X2
+	VBROADCASTSS X2, Y2
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      64(SP), Y3
+	VFMADD231PS  Y4, Y2, Y3
+	VMOVUPS      Y3, 64(SP)
+	VMULSS       (DX)(SI*1), X1, X2
+	VBROADCASTSS X2, Y2
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      96(SP), Y3
+	VFMADD231PS  Y5, Y2, Y3
+	VMOVUPS      Y3, 96(SP)
+	VMULSS       (DI), X1, X2
+	VBROADCASTSS X2, Y2
+	VCVTDQ2PS    Y6, Y6
+	VMOVUPS      128(SP), Y3
+	VFMADD231PS  Y6, Y2, Y3
+	VMOVUPS      Y3, 128(SP)
+	VMULSS       (DI)(BX*1), X1, X2
+	VBROADCASTSS X2, Y2
+	VCVTDQ2PS    Y7, Y7
+	VMOVUPS      160(SP), Y3
+	VFMADD231PS  Y7, Y2, Y3
+	VMOVUPS      Y3, 160(SP)
+	VMULSS       (DI)(BX*2), X1, X2
+	VBROADCASTSS X2, Y2
+	VCVTDQ2PS    Y8, Y8
+	VMOVUPS      192(SP), Y3
+	VFMADD231PS  Y8, Y2, Y3
+	VMOVUPS      Y3, 192(SP)
+	VMULSS       (DI)(SI*1), X1, X1
+	VBROADCASTSS X1, Y1
+	VCVTDQ2PS    Y9, Y9
+	VMOVUPS      224(SP), Y2
+	VFMADD231PS  Y9, Y1, Y2
+	VMOVUPS      Y2, 224(SP)
+	ADDQ         $0x000000d2, CX
+	ADDQ         $0x00000124, DX
+	ADDQ         $0x00000124, DI
+	DECQ         AX
+	JNZ          q6kDot8AVXVNNI_blk
+
+q6kDot8AVXVNNI_done:
+	MOVQ         out+32(FP), AX
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	VMOVUPS      32(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(AX)
+	VMOVUPS      64(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 8(AX)
+	VMOVUPS      96(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 12(AX)
+	VMOVUPS      128(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 16(AX)
+	VMOVUPS      160(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 20(AX)
+	VMOVUPS      192(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 24(AX)
+	VMOVUPS      224(SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 28(AX)
+	VZEROUPPER
+	RET
+
+// func q4kRowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q4kRowsAVXVNNI(SB), NOSPLIT, $48-56
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q4kRowsAVXVNNI_end
+
+q4kRowsAVXVNNI_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   BX, BX
+	JZ      q4kRowsAVXVNNI_done
+
+q4kRowsAVXVNNI_blk:
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
+	MOVL         4(SI), R8
+	MOVL         8(SI), R9
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      16(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   36(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      48(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   100(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      80(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   164(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      112(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   228(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x7d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y0, Y2
+	VMOVSS       (SI), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DI), X3
+	VMULPS       X0, X3, X3
+	VXORPS       kqconst<>+160(SB), X3, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X3, Y3
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VCVTDQ2PS    X4, X4
+	VMOVUPS      32(SP), X1
+	VFMADD231PS  X4, X0, X1
+	VMOVUPS      X1, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y0
+	VFMADD231PS  Y2, Y3, Y0
+	VMOVUPS      Y0, (SP)
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q4kRowsAVXVNNI_blk
+
+q4kRowsAVXVNNI_done:
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVUPS      32(SP), X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         $0x04, AX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	DECQ         CX
+	JNZ          q4kRowsAVXVNNI_row
+
+q4kRowsAVXVNNI_end:
+	VZEROUPPER
+	RET
+
+// func q5kRowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q5kRowsAVXVNNI(SB), NOSPLIT, $48-56
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q5kRowsAVXVNNI_end
+
+q5kRowsAVXVNNI_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   BX, BX
+	JZ      q5kRowsAVXVNNI_done
+
+q5kRowsAVXVNNI_blk:
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
+	MOVL         4(SI), R8
+	MOVL         8(SI), R9
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      48(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x01, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DI), Y3, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y5, Y2
+	VPMADDUBSW   36(DI), Y4, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y6, Y2
+	VMOVDQU      80(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x03, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DI), Y3, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y5, Y2
+	VPMADDUBSW   100(DI), Y4, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y6, Y2
+	VMOVDQU      112(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y3, Y3
+	VMOVDQU      16(SI), Y7
+	VPSRLW       $0x05, Y7, Y7
+	VPAND        kqconst<>+96(SB), Y7, Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPOR         Y7, Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DI), Y3, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y5, Y2
+	VPMADDUBSW   164(DI), Y4, Y7
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd7 // VPDPWSSD Y7, Y6, Y2
+	VMOVDQU      144(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VMOVDQU      16(SI), Y6
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        kqconst<>+96(SB), Y6, Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPOR         Y6, Y3, Y3
+	VMOVDQU      16(SI), Y6
+	VPSRLW       $0x07, Y6, Y6
+	VPAND        kqconst<>+96(SB), Y6, Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DI), Y3, Y6
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y6, Y5, Y2
+	VPMADDUBSW   228(DI), Y4, Y6
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x7d; BYTE $0x52; BYTE $0xd6 // VPDPWSSD Y6, Y0, Y2
+	VMOVSS       (SI), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DI), X3
+	VMULPS       X0, X3, X3
+	VXORPS       kqconst<>+160(SB), X3, X0
+	VSHUFPS      $0x55, X0, X0, X0
+	VBROADCASTSS X3, Y3
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VPSHUFD      $0x4e, X4, X1
+	VPADDD       X1, X4, X4
+	VPSHUFD      $0xb1, X4, X1
+	VPADDD       X1, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMOVSS       32(SP), X1
+	VFMADD231SS  X4, X0, X1
+	VMOVSS       X1, 32(SP)
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y0
+	VFMADD231PS  Y2, Y3, Y0
+	VMOVUPS      Y0, (SP)
+	ADDQ         $0x000000b0, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q5kRowsAVXVNNI_blk
+
+q5kRowsAVXVNNI_done:
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VADDSS       32(SP), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         $0x04, AX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	DECQ         CX
+	JNZ          q5kRowsAVXVNNI_row
+
+q5kRowsAVXVNNI_end:
+	VZEROUPPER
+	RET
+
+// func q4kr8RowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q4kr8RowsAVXVNNI(SB), NOSPLIT, $48-56
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q4kr8RowsAVXVNNI_end
+
+q4kr8RowsAVXVNNI_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS X0, 32(SP)
+	TESTQ   BX, BX
+	JZ      q4kr8RowsAVXVNNI_done
+
+q4kr8RowsAVXVNNI_blk:
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
+	MOVL         4(SI), R8
+	MOVL         8(SI), R9
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $0x04, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHLQ         $0x20, R11
+	MOVL         R9, R12
+	ANDL         $0x3f3f3f3f, R12
+	ORQ          R12, R11
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R12
+	SHRL         $0x06, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R10
+	SHLQ         $0x20, R10
+	ANDL         $0x3f3f3f3f, R8
+	ORQ          R10, R8
+	VMOVQ        R8, X0
+	VPINSRQ      $0x01, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VINSERTI128  $0x01, X0, Y0, Y0
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      16(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+416(SB), Y0, Y5
+	VPSHUFB      kqconst<>+448(SB), Y0, Y6
+	VPMADDUBSW   4(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   36(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      48(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+480(SB), Y0, Y5
+	VPSHUFB      kqconst<>+512(SB), Y0, Y6
+	VPMADDUBSW   68(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   100(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      80(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+544(SB), Y0, Y5
+	VPSHUFB      kqconst<>+576(SB), Y0, Y6
+	VPMADDUBSW   132(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   164(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x4d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y6, Y2
+	VMOVDQU      112(SI), Y4
+	VPAND        kqconst<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+0(SB), Y4, Y4
+	VPSHUFB      kqconst<>+608(SB), Y0, Y5
+	VPSHUFB      kqconst<>+640(SB), Y0, Y0
+	VPMADDUBSW   196(DI), Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x55; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y5, Y2
+	VPMADDUBSW   228(DI), Y4, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x7d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y0, Y2
+	VMOVSS       (SI), X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS (DI), X3
+	VMULPS       X0, X3, X3
+	VMOVSHDUP    X3, X0
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     X4, X1, X4
+	VMOVDQA      X4, X1
+	VPSHUFD      $0x4e, X1, X4
+	VPADDD       X4, X1, X1
+	VPSHUFD      $0xb1, X1, X4
+	VPADDD       X4, X1, X1
+	VCVTDQ2PS    X1, X1
+	VMOVSS       32(SP), X4
+	VFMADD231SS  X1, X0, X4
+	VMOVSS       X4, 32(SP)
+	VEXTRACTI128 $0x01, Y2, X0
+	VPADDD       X0, X2, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPADDD       X1, X0, X0
+	VCVTDQ2PS    X0, X0
+	VMOVSS       (SP), X1
+	VFMADD231SS  X0, X3, X1
+	VMOVSS       X1, (SP)
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q4kr8RowsAVXVNNI_blk
+
+q4kr8RowsAVXVNNI_done:
+	VMOVSS (SP), X0
+	VSUBSS 32(SP), X0, X0
+	VMOVSS X0, (AX)
+	ADDQ   $0x04, AX
+	MOVQ   wstride+16(FP), BX
+	ADDQ   BX, DX
+	DECQ   CX
+	JNZ    q4kr8RowsAVXVNNI_row
+
+q4kr8RowsAVXVNNI_end:
+	VZEROUPPER
+	RET
+
+// func q6kRowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q6kRowsAVXVNNI(SB), NOSPLIT, $32-56
+	MOVQ  out+40(FP), AX
+	MOVQ  rows+32(FP), CX
+	MOVQ  w+8(FP), DX
+	TESTQ CX, CX
+	JZ    q6kRowsAVXVNNI_end
+
+q6kRowsAVXVNNI_row:
+	MOVQ    nb+0(FP), BX
+	MOVQ    DX, SI
+	MOVQ    x+24(FP), DI
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVDQU kqconst<>+64(SB), Y0
+	TESTQ   BX, BX
+	JZ      q6kRowsAVXVNNI_done
+
+q6kRowsAVXVNNI_blk:
+	MOVQ         pf+48(FP), R8
+	PREFETCHT0   (SI)(R8*1)
+	PREFETCHT0   64(SI)(R8*1)
+	PREFETCHT0   128(SI)(R8*1)
+	PREFETCHT0   192(SI)(R8*1)
+	VMOVDQU      192(SI), X1
+	VPXOR        Y2, Y2, Y2
+	VMOVDQU      (SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+672(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   4(DI), Y3, Y3
+	VPMADDUBSW   4(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      32(SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+688(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   36(DI), Y3, Y3
+	VPMADDUBSW   36(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      (SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+704(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   68(DI), Y3, Y3
+	VPMADDUBSW   68(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      32(SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      128(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+720(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   100(DI), Y3, Y3
+	VPMADDUBSW   100(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      64(SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+736(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   132(DI), Y3, Y3
+	VPMADDUBSW   132(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      96(SI), Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+752(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   164(DI), Y3, Y3
+	VPMADDUBSW   164(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      64(SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+768(SB), X1, X4
+	VPMOVSXBW    X4, Y4
+	VPMADDUBSW   196(DI), Y3, Y3
+	VPMADDUBSW   196(DI), Y0, Y5
+	VPSUBW       Y5, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x5d; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y4, Y2
+	VMOVDQU      96(SI), Y3
+	VPSRLW       $0x04, Y3, Y3
+	VPAND        kqconst<>+0(SB), Y3, Y3
+	VMOVDQU      160(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        kqconst<>+32(SB), Y4, Y4
+	VPSLLW       $0x04, Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSHUFB      kqconst<>+784(SB), X1, X1
+	VPMOVSXBW    X1, Y1
+	VPMADDUBSW   228(DI), Y3, Y3
+	VPMADDUBSW   228(DI), Y0, Y4
+	VPSUBW       Y4, Y3, Y3
+	BYTE         $0xc4; BYTE $0xe2; BYTE $0x75; BYTE $0x52; BYTE $0xd3 // VPDPWSSD Y3, Y1, Y2
+	MOVWLZX      208(SI), R8
+	VMOVD        R8, X1
+	VCVTPH2PS    X1, X1
+	VMULSS       (DI), X1, X1
+	VBROADCASTSS X1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      (SP), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, (SP)
+	ADDQ         $0x000000d2, SI
+	ADDQ         $0x00000124, DI
+	DECQ         BX
+	JNZ          q6kRowsAVXVNNI_blk
+
+q6kRowsAVXVNNI_done:
+	VMOVUPS      (SP), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       kqconst<>+2528(SB), X0
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         $0x04, AX
+	MOVQ         wstride+16(FP), BX
+	ADDQ         BX, DX
+	DECQ         CX
+	JNZ          q6kRowsAVXVNNI_row
+
+q6kRowsAVXVNNI_end:
+	VZEROUPPER
+	RET
+
 // func quantQ8KAVX2(nb int, x *float32, dst *byte)
 // Requires: AVX, AVX2
 TEXT ·quantQ8KAVX2(SB), NOSPLIT, $0-24

@@ -164,6 +164,66 @@ func q4kr8RowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32
 //go:noescape
 func q6kRowsVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
 
+// q4kDot1AVXVNNI sets out[r], r < 1, to the DotQ4_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kDot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q5kDot1AVXVNNI sets out[r], r < 1, to the DotQ5_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q5kDot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kr8Dot1AVXVNNI sets out[r], r < 1, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kr8Dot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q6kDot1AVXVNNI sets out[r], r < 1, to the DotQ6_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q6kDot1AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kDot8AVXVNNI sets out[r], r < 8, to the DotQ4_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kDot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q5kDot8AVXVNNI sets out[r], r < 8, to the DotQ5_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q5kDot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kr8Dot8AVXVNNI sets out[r], r < 8, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q4kr8Dot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q6kDot8AVXVNNI sets out[r], r < 8, to the DotQ6_KAVX2 dot of the nb-super-block weight row w with activation row x+r*xstride.
+//
+//go:noescape
+func q6kDot8AVXVNNI(nb int, w *byte, x *byte, xstride int, out *float32)
+
+// q4kRowsAVXVNNI sets out[j], j < rows, to the DotQ4_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
+//
+//go:noescape
+func q4kRowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+
+// q5kRowsAVXVNNI sets out[j], j < rows, to the DotQ5_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
+//
+//go:noescape
+func q5kRowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+
+// q4kr8RowsAVXVNNI sets out[j], j < rows, to the DotQ4_KRepack8x8 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
+//
+//go:noescape
+func q4kr8RowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+
+// q6kRowsAVXVNNI sets out[j], j < rows, to the DotQ6_KAVX2 dot of the nb-super-block weight row w+j*wstride with activation row x, prefetching weights pf bytes ahead.
+//
+//go:noescape
+func q6kRowsAVXVNNI(nb int, w *byte, wstride int, x *byte, rows int, out *float32, pf int)
+
 // quantQ8KAVX2 quantizes nb blocks of 256 floats at x into Q8_K blocks at dst.
 //
 //go:noescape

@@ -36,6 +36,11 @@ var (
 	isaVNNI = isa{"avx512vnni", func() bool {
 		return isaAVX512.has() && cpuid.CPU.Supports(cpuid.AVX512BW, cpuid.AVX512VNNI)
 	}}
+	// AVX-VNNI: VEX VPDPBUSD on ymm, with or without AVX-512 (Alder Lake
+	// and later client cores, Zen 5)
+	isaAVXVNNI = isa{"avxvnni", func() bool {
+		return isaAVX2.has() && cpuid.CPU.Supports(cpuid.AVXVNNI)
+	}}
 )
 
 // spec is one native kernel: its order, its assembly and the row sizes it
@@ -55,7 +60,8 @@ type spec struct {
 
 // specs lists every kernel this package has; init registers the ones the CPU
 // runs. The VNNI kernels rank above the AVX2 ones: they are faster (see
-// docs/perf/current.md). Each order also gets a 4×1 tile one rank lower, for
+// docs/perf/current.md); AVX-VNNI's (the AVX2 shapes with VPDPBUSD) rank
+// between them. Each order also gets a 4×1 tile one rank lower, for
 // one activation row (decode): cpukern.Lookup returns the many-row tile, a
 // caller wanting the decode shape picks it from cpukern.All.
 var specs = []spec{
@@ -63,14 +69,20 @@ var specs = []spec{
 	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 9, 32, 34, 34, q80AVX2Dot, q80AVX2Tile4x1, 4, 1, nil},
 	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 30, 32, 34, 34, q80VNNIDot, q80VNNITile4x4, 4, 4, nil},
 	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 29, 32, 34, 34, q80VNNIDot, q80VNNITile4x1, 4, 1, q80VNNIRows},
+	{"DotQ8_0AVX2", quant.Q8_0, isaAVXVNNI, 15, 32, 34, 34, q80AVXVNNIDot, q80AVXVNNITile2x2, 2, 2, nil},
+	{"DotQ8_0AVX2", quant.Q8_0, isaAVXVNNI, 14, 32, 34, 34, q80AVXVNNIDot, q80AVXVNNITile4x1, 4, 1, nil},
 	{"DotQ4_0AVX2", quant.Q4_0, isaAVX2, 10, 32, 18, 34, q40AVX2Dot, q40AVX2Tile2x2, 2, 2, nil},
 	{"DotQ4_0AVX2", quant.Q4_0, isaAVX2, 9, 32, 18, 34, q40AVX2Dot, q40AVX2Tile4x1, 4, 1, nil},
 	{"DotQ4_0AVX2", quant.Q4_0, isaVNNI, 30, 32, 18, 34, q40VNNIDot, q40VNNITile4x4, 4, 4, nil},
 	{"DotQ4_0AVX2", quant.Q4_0, isaVNNI, 29, 32, 18, 34, q40VNNIDot, q40VNNITile4x1, 4, 1, nil},
+	{"DotQ4_0AVX2", quant.Q4_0, isaAVXVNNI, 15, 32, 18, 34, q40AVXVNNIDot, q40AVXVNNITile2x2, 2, 2, nil},
+	{"DotQ4_0AVX2", quant.Q4_0, isaAVXVNNI, 14, 32, 18, 34, q40AVXVNNIDot, q40AVXVNNITile4x1, 4, 1, nil},
 	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVX2, 10, 32, 18, 34, q40RepackAVX2Dot, q40RepackAVX2Tile2x2, 2, 2, nil},
 	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVX2, 9, 32, 18, 34, q40RepackAVX2Dot, q40RepackAVX2Tile4x1, 4, 1, nil},
 	{"DotQ4_0Repack8x8", quant.Q4_0, isaVNNI, 30, 32, 18, 34, q40RepackVNNIDot, q40RepackVNNITile4x4, 4, 4, nil},
 	{"DotQ4_0Repack8x8", quant.Q4_0, isaVNNI, 29, 32, 18, 34, q40RepackVNNIDot, q40RepackVNNITile4x1, 4, 1, nil},
+	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVXVNNI, 15, 32, 18, 34, q40RepackAVXVNNIDot, q40RepackAVXVNNITile2x2, 2, 2, nil},
+	{"DotQ4_0Repack8x8", quant.Q4_0, isaAVXVNNI, 14, 32, 18, 34, q40RepackAVXVNNIDot, q40RepackAVXVNNITile4x1, 4, 1, nil},
 	{"DotMXFP4AVX2", quant.MXFP4, isaAVX2, 10, 32, 17, 34, mxfp4AVX2Dot, mxfp4AVX2Tile2x1, 2, 1, nil},
 	{"DotMXFP4AVX2", quant.MXFP4, isaVNNI, 30, 32, 17, 34, mxfp4VNNIDot, mxfp4VNNITile4x2, 4, 2, nil},
 	{"DotMXFP4AVX2", quant.MXFP4, isaVNNI, 29, 32, 17, 34, mxfp4VNNIDot, mxfp4VNNITile4x1, 4, 1, nil},

@@ -3437,6 +3437,816 @@ mxfp4VNNITile4x1_even:
 	VZEROUPPER
 	RET
 
+// func q80AVXVNNIDot(nb int, w *byte, x *byte) float32
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+, SSE
+TEXT ·q80AVXVNNIDot(SB), NOSPLIT, $0-28
+	MOVQ         w+8(FP), SI
+	MOVQ         x+16(FP), DI
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	TESTQ        CX, CX
+	JZ           q80AVXVNNIDot_done
+
+q80AVXVNNIDot_loop:
+	PREFETCHT0   2048(SI)(BX*1)
+	VPBROADCASTW (SI)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPXOR        2(SI)(BX*1), Y13, Y4
+	VPBROADCASTW (DI)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VMOVDQU      2(DI)(DX*1), Y8
+	VPXOR        Y9, Y9, Y9
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR        Y11, Y11, Y11
+	VPSUBD       Y9, Y11, Y9
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y6, Y12
+	VFMADD231PS  Y11, Y12, Y0
+	ADDQ         $0x00000022, BX
+	ADDQ         $0x00000022, DX
+	DECQ         CX
+	JNZ          q80AVXVNNIDot_loop
+
+q80AVXVNNIDot_done:
+	VPXOR        X12, X12, X12
+	VEXTRACTF128 $0x01, Y0, X11
+	VADDPS       X11, X0, X0
+	VMOVHLPS     X0, X0, X11
+	VADDPS       X11, X0, X0
+	VMOVSHDUP    X0, X11
+	VADDSS       X11, X0, X0
+	VADDSS       X0, X12, X0
+	MOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func q80AVXVNNITile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q80AVXVNNITile2x2(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), AX
+	MOVQ         DI, R11
+	ADDQ         AX, R11
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	TESTQ        CX, CX
+	JZ           q80AVXVNNITile2x2_done
+
+q80AVXVNNITile2x2_loop:
+	VPBROADCASTW (SI)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPXOR        2(SI)(BX*1), Y13, Y4
+	VPBROADCASTW (R8)(BX*1), X7
+	VCVTPH2PS    X7, Y7
+	VPXOR        2(R8)(BX*1), Y13, Y5
+	VPBROADCASTW (DI)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VMOVDQU      2(DI)(DX*1), Y8
+	VPXOR        Y9, Y9, Y9
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR        Y11, Y11, Y11
+	VPSUBD       Y9, Y11, Y9
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y6, Y12
+	VFMADD231PS  Y11, Y12, Y0
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y7, Y12
+	VFMADD231PS  Y11, Y12, Y1
+	VPBROADCASTW (R11)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VMOVDQU      2(R11)(DX*1), Y8
+	VPXOR        Y9, Y9, Y9
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR        Y11, Y11, Y11
+	VPSUBD       Y9, Y11, Y9
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y6, Y12
+	VFMADD231PS  Y11, Y12, Y2
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y7, Y12
+	VFMADD231PS  Y11, Y12, Y3
+	ADDQ         $0x00000022, BX
+	ADDQ         $0x00000022, DX
+	DECQ         CX
+	JNZ          q80AVXVNNITile2x2_loop
+
+q80AVXVNNITile2x2_done:
+	VPXOR        X12, X12, X12
+	VEXTRACTF128 $0x01, Y0, X11
+	VADDPS       X11, X0, X0
+	VMOVHLPS     X0, X0, X11
+	VADDPS       X11, X0, X0
+	VMOVSHDUP    X0, X11
+	VADDSS       X11, X0, X0
+	VADDSS       X0, X12, X0
+	VEXTRACTF128 $0x01, Y1, X11
+	VADDPS       X11, X1, X1
+	VMOVHLPS     X1, X1, X11
+	VADDPS       X11, X1, X1
+	VMOVSHDUP    X1, X11
+	VADDSS       X11, X1, X1
+	VADDSS       X1, X12, X1
+	VEXTRACTF128 $0x01, Y2, X11
+	VADDPS       X11, X2, X2
+	VMOVHLPS     X2, X2, X11
+	VADDPS       X11, X2, X2
+	VMOVSHDUP    X2, X11
+	VADDSS       X11, X2, X2
+	VADDSS       X2, X12, X2
+	VEXTRACTF128 $0x01, Y3, X11
+	VADDPS       X11, X3, X3
+	VMOVHLPS     X3, X3, X11
+	VADDPS       X11, X3, X3
+	VMOVSHDUP    X3, X11
+	VADDSS       X11, X3, X3
+	VADDSS       X3, X12, X3
+	MOVQ         out+40(FP), AX
+	MOVQ         ostride+48(FP), BX
+	SHLQ         $0x02, BX
+	VMOVSS       X0, (AX)
+	VMOVSS       X1, 4(AX)
+	ADDQ         BX, AX
+	VMOVSS       X2, (AX)
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func q80AVXVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q80AVXVNNITile4x1(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         R8, R9
+	ADDQ         AX, R9
+	MOVQ         R9, R10
+	ADDQ         AX, R10
+	MOVQ         x+24(FP), DI
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	TESTQ        CX, CX
+	JZ           q80AVXVNNITile4x1_done
+
+q80AVXVNNITile4x1_loop:
+	PREFETCHT0   2048(SI)(BX*1)
+	PREFETCHT0   2048(R8)(BX*1)
+	PREFETCHT0   2048(R9)(BX*1)
+	PREFETCHT0   2048(R10)(BX*1)
+	VPBROADCASTW (DI)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VMOVDQU      2(DI)(DX*1), Y8
+	VPXOR        Y9, Y9, Y9
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR        Y11, Y11, Y11
+	VPSUBD       Y9, Y11, Y9
+	VPBROADCASTW (SI)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPXOR        2(SI)(BX*1), Y13, Y4
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y6, Y12
+	VFMADD231PS  Y11, Y12, Y0
+	VPBROADCASTW (R8)(BX*1), X7
+	VCVTPH2PS    X7, Y7
+	VPXOR        2(R8)(BX*1), Y13, Y5
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y7, Y12
+	VFMADD231PS  Y11, Y12, Y1
+	VPBROADCASTW (R9)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPXOR        2(R9)(BX*1), Y13, Y4
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y6, Y12
+	VFMADD231PS  Y11, Y12, Y2
+	VPBROADCASTW (R10)(BX*1), X7
+	VCVTPH2PS    X7, Y7
+	VPXOR        2(R10)(BX*1), Y13, Y5
+	VMOVDQA      Y9, Y11
+	BYTE         $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y7, Y12
+	VFMADD231PS  Y11, Y12, Y3
+	ADDQ         $0x00000022, BX
+	ADDQ         $0x00000022, DX
+	DECQ         CX
+	JNZ          q80AVXVNNITile4x1_loop
+
+q80AVXVNNITile4x1_done:
+	VPXOR        X12, X12, X12
+	VEXTRACTF128 $0x01, Y0, X11
+	VADDPS       X11, X0, X0
+	VMOVHLPS     X0, X0, X11
+	VADDPS       X11, X0, X0
+	VMOVSHDUP    X0, X11
+	VADDSS       X11, X0, X0
+	VADDSS       X0, X12, X0
+	VEXTRACTF128 $0x01, Y1, X11
+	VADDPS       X11, X1, X1
+	VMOVHLPS     X1, X1, X11
+	VADDPS       X11, X1, X1
+	VMOVSHDUP    X1, X11
+	VADDSS       X11, X1, X1
+	VADDSS       X1, X12, X1
+	VEXTRACTF128 $0x01, Y2, X11
+	VADDPS       X11, X2, X2
+	VMOVHLPS     X2, X2, X11
+	VADDPS       X11, X2, X2
+	VMOVSHDUP    X2, X11
+	VADDSS       X11, X2, X2
+	VADDSS       X2, X12, X2
+	VEXTRACTF128 $0x01, Y3, X11
+	VADDPS       X11, X3, X3
+	VMOVHLPS     X3, X3, X11
+	VADDPS       X11, X3, X3
+	VMOVSHDUP    X3, X11
+	VADDSS       X11, X3, X3
+	VADDSS       X3, X12, X3
+	MOVQ         out+40(FP), AX
+	MOVQ         ostride+48(FP), BX
+	SHLQ         $0x02, BX
+	VMOVSS       X0, (AX)
+	VMOVSS       X1, 4(AX)
+	VMOVSS       X2, 8(AX)
+	VMOVSS       X3, 12(AX)
+	VZEROUPPER
+	RET
+
+// func q40AVXVNNIDot(nb int, w *byte, x *byte) float32
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+, SSE
+TEXT ·q40AVXVNNIDot(SB), NOSPLIT, $0-28
+	MOVQ         w+8(FP), SI
+	MOVQ         x+16(FP), DI
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           q40AVXVNNIDot_done
+
+q40AVXVNNIDot_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	VPBROADCASTW   (SI)(BX*1), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 2(SI)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VPBROADCASTW   (DI)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(DI)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y6, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000022, DX
+	DECQ           CX
+	JNZ            q40AVXVNNIDot_loop
+
+q40AVXVNNIDot_done:
+	VPXOR        X12, X12, X12
+	VEXTRACTF128 $0x01, Y0, X11
+	VADDPS       X11, X0, X0
+	VMOVHLPS     X0, X0, X11
+	VADDPS       X11, X0, X0
+	VMOVSHDUP    X0, X11
+	VADDSS       X11, X0, X0
+	VADDSS       X0, X12, X0
+	MOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func q40AVXVNNITile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q40AVXVNNITile2x2(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), AX
+	MOVQ         DI, R11
+	ADDQ         AX, R11
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           q40AVXVNNITile2x2_done
+
+q40AVXVNNITile2x2_loop:
+	VPBROADCASTW   (SI)(BX*1), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 2(SI)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VPBROADCASTW   (R8)(BX*1), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 2(R8)(BX*1), Y5
+	VPSRLVQ        shr4hi<>+0(SB), Y5, Y5
+	VPAND          Y14, Y5, Y5
+	VPBROADCASTW   (DI)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(DI)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y6, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y7, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPBROADCASTW   (R11)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(R11)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y6, Y12
+	VFMADD231PS    Y11, Y12, Y2
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y7, Y12
+	VFMADD231PS    Y11, Y12, Y3
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000022, DX
+	DECQ           CX
+	JNZ            q40AVXVNNITile2x2_loop
+
+q40AVXVNNITile2x2_done:
+	VPXOR        X12, X12, X12
+	VEXTRACTF128 $0x01, Y0, X11
+	VADDPS       X11, X0, X0
+	VMOVHLPS     X0, X0, X11
+	VADDPS       X11, X0, X0
+	VMOVSHDUP    X0, X11
+	VADDSS       X11, X0, X0
+	VADDSS       X0, X12, X0
+	VEXTRACTF128 $0x01, Y1, X11
+	VADDPS       X11, X1, X1
+	VMOVHLPS     X1, X1, X11
+	VADDPS       X11, X1, X1
+	VMOVSHDUP    X1, X11
+	VADDSS       X11, X1, X1
+	VADDSS       X1, X12, X1
+	VEXTRACTF128 $0x01, Y2, X11
+	VADDPS       X11, X2, X2
+	VMOVHLPS     X2, X2, X11
+	VADDPS       X11, X2, X2
+	VMOVSHDUP    X2, X11
+	VADDSS       X11, X2, X2
+	VADDSS       X2, X12, X2
+	VEXTRACTF128 $0x01, Y3, X11
+	VADDPS       X11, X3, X3
+	VMOVHLPS     X3, X3, X11
+	VADDPS       X11, X3, X3
+	VMOVSHDUP    X3, X11
+	VADDSS       X11, X3, X3
+	VADDSS       X3, X12, X3
+	MOVQ         out+40(FP), AX
+	MOVQ         ostride+48(FP), BX
+	SHLQ         $0x02, BX
+	VMOVSS       X0, (AX)
+	VMOVSS       X1, 4(AX)
+	ADDQ         BX, AX
+	VMOVSS       X2, (AX)
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func q40AVXVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q40AVXVNNITile4x1(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         R8, R9
+	ADDQ         AX, R9
+	MOVQ         R9, R10
+	ADDQ         AX, R10
+	MOVQ         x+24(FP), DI
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           q40AVXVNNITile4x1_done
+
+q40AVXVNNITile4x1_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	PREFETCHT0     2048(R8)(BX*1)
+	PREFETCHT0     2048(R9)(BX*1)
+	PREFETCHT0     2048(R10)(BX*1)
+	VPBROADCASTW   (DI)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(DI)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VPBROADCASTW   (SI)(BX*1), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 2(SI)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y6, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPBROADCASTW   (R8)(BX*1), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 2(R8)(BX*1), Y5
+	VPSRLVQ        shr4hi<>+0(SB), Y5, Y5
+	VPAND          Y14, Y5, Y5
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y7, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPBROADCASTW   (R9)(BX*1), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 2(R9)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y6, Y12
+	VFMADD231PS    Y11, Y12, Y2
+	VPBROADCASTW   (R10)(BX*1), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 2(R10)(BX*1), Y5
+	VPSRLVQ        shr4hi<>+0(SB), Y5, Y5
+	VPAND          Y14, Y5, Y5
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         Y10, Y7, Y12
+	VFMADD231PS    Y11, Y12, Y3
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000022, DX
+	DECQ           CX
+	JNZ            q40AVXVNNITile4x1_loop
+
+q40AVXVNNITile4x1_done:
+	VPXOR        X12, X12, X12
+	VEXTRACTF128 $0x01, Y0, X11
+	VADDPS       X11, X0, X0
+	VMOVHLPS     X0, X0, X11
+	VADDPS       X11, X0, X0
+	VMOVSHDUP    X0, X11
+	VADDSS       X11, X0, X0
+	VADDSS       X0, X12, X0
+	VEXTRACTF128 $0x01, Y1, X11
+	VADDPS       X11, X1, X1
+	VMOVHLPS     X1, X1, X11
+	VADDPS       X11, X1, X1
+	VMOVSHDUP    X1, X11
+	VADDSS       X11, X1, X1
+	VADDSS       X1, X12, X1
+	VEXTRACTF128 $0x01, Y2, X11
+	VADDPS       X11, X2, X2
+	VMOVHLPS     X2, X2, X11
+	VADDPS       X11, X2, X2
+	VMOVSHDUP    X2, X11
+	VADDSS       X11, X2, X2
+	VADDSS       X2, X12, X2
+	VEXTRACTF128 $0x01, Y3, X11
+	VADDPS       X11, X3, X3
+	VMOVHLPS     X3, X3, X11
+	VADDPS       X11, X3, X3
+	VMOVSHDUP    X3, X11
+	VADDSS       X11, X3, X3
+	VADDSS       X3, X12, X3
+	MOVQ         out+40(FP), AX
+	MOVQ         ostride+48(FP), BX
+	SHLQ         $0x02, BX
+	VMOVSS       X0, (AX)
+	VMOVSS       X1, 4(AX)
+	VMOVSS       X2, 8(AX)
+	VMOVSS       X3, 12(AX)
+	VZEROUPPER
+	RET
+
+// func q40RepackAVXVNNIDot(nb int, w *byte, x *byte) float32
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+, SSE
+TEXT ·q40RepackAVXVNNIDot(SB), NOSPLIT, $0-28
+	MOVQ         w+8(FP), SI
+	MOVQ         x+16(FP), DI
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           q40RepackAVXVNNIDot_done
+
+q40RepackAVXVNNIDot_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	VPBROADCASTW   (SI)(BX*1), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 2(SI)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VPBROADCASTW   (DI)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(DI)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VMOVDQA        Y9, Y11
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x5d; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y4, Y11
+	VEXTRACTI128   $0x01, Y11, X12
+	VPADDD         X12, X11, X11
+	VPSHUFD        $0x4e, X11, X12
+	VPADDD         X12, X11, X11
+	VPSHUFD        $0xb1, X11, X12
+	VPADDD         X12, X11, X11
+	VCVTDQ2PS      X11, X11
+	VMULSS         X10, X6, X12
+	VFMADD231SS    X11, X12, X0
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000022, DX
+	DECQ           CX
+	JNZ            q40RepackAVXVNNIDot_loop
+
+q40RepackAVXVNNIDot_done:
+	MOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func q40RepackAVXVNNITile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3
+TEXT ·q40RepackAVXVNNITile2x2(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), AX
+	MOVQ         DI, R11
+	ADDQ         AX, R11
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           q40RepackAVXVNNITile2x2_done
+
+q40RepackAVXVNNITile2x2_loop:
+	MOVWLZX        (SI)(BX*1), AX
+	VPINSRW        $0x00, AX, X6, X6
+	VBROADCASTI128 2(SI)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	MOVWLZX        (R8)(BX*1), AX
+	VPINSRW        $0x01, AX, X6, X6
+	VBROADCASTI128 2(R8)(BX*1), Y5
+	VPSRLVQ        shr4hi<>+0(SB), Y5, Y5
+	VPAND          Y14, Y5, Y5
+	VCVTPH2PS      X6, X6
+	VPBROADCASTW   (DI)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(DI)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VMOVDQA        Y9, Y2
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x5d; BYTE $0x50; BYTE $0xd0 // VPDPBUSD Y8, Y4, Y2
+	VMOVDQA        Y9, Y3
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y3
+	VPHADDD        Y3, Y2, Y2
+	VPHADDD        Y2, Y2, Y2
+	VEXTRACTI128   $0x01, Y2, X11
+	VPADDD         X11, X2, X2
+	VCVTDQ2PS      X2, X2
+	VMULPS         X10, X6, X12
+	VFMADD231PS    X2, X12, X0
+	VPBROADCASTW   (R11)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(R11)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	VMOVDQA        Y9, Y2
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x5d; BYTE $0x50; BYTE $0xd0 // VPDPBUSD Y8, Y4, Y2
+	VMOVDQA        Y9, Y3
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y3
+	VPHADDD        Y3, Y2, Y2
+	VPHADDD        Y2, Y2, Y2
+	VEXTRACTI128   $0x01, Y2, X11
+	VPADDD         X11, X2, X2
+	VCVTDQ2PS      X2, X2
+	VMULPS         X10, X6, X12
+	VFMADD231PS    X2, X12, X1
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000022, DX
+	DECQ           CX
+	JNZ            q40RepackAVXVNNITile2x2_loop
+
+q40RepackAVXVNNITile2x2_done:
+	MOVQ  out+40(FP), AX
+	MOVQ  ostride+48(FP), BX
+	SHLQ  $0x02, BX
+	VMOVQ X0, (AX)
+	ADDQ  BX, AX
+	VMOVQ X1, (AX)
+	ADDQ  BX, AX
+	VZEROUPPER
+	RET
+
+// func q40RepackAVXVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+// Requires: AVX, AVX2, AVXVNNI, F16C, FMA3, MMX+
+TEXT ·q40RepackAVXVNNITile4x1(SB), NOSPLIT, $0-56
+	MOVQ         w+8(FP), SI
+	MOVQ         wstride+16(FP), AX
+	MOVQ         SI, R8
+	ADDQ         AX, R8
+	MOVQ         R8, R9
+	ADDQ         AX, R9
+	MOVQ         R9, R10
+	ADDQ         AX, R10
+	MOVQ         x+24(FP), DI
+	MOVQ         nb+0(FP), CX
+	XORQ         BX, BX
+	XORQ         DX, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           q40RepackAVXVNNITile4x1_done
+
+q40RepackAVXVNNITile4x1_loop:
+	PREFETCHT0     2048(SI)(BX*1)
+	PREFETCHT0     2048(R8)(BX*1)
+	PREFETCHT0     2048(R9)(BX*1)
+	PREFETCHT0     2048(R10)(BX*1)
+	VPBROADCASTW   (DI)(DX*1), X10
+	VCVTPH2PS      X10, Y10
+	VMOVDQU        2(DI)(DX*1), Y8
+	VPXOR          Y9, Y9, Y9
+	BYTE           $0xc4; BYTE $0x42; BYTE $0x15; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y13, Y9
+	VPXOR          Y11, Y11, Y11
+	VPSUBD         Y9, Y11, Y9
+	MOVWLZX        (SI)(BX*1), AX
+	VPINSRW        $0x00, AX, X6, X6
+	VBROADCASTI128 2(SI)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VMOVDQA        Y9, Y2
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x5d; BYTE $0x50; BYTE $0xd0 // VPDPBUSD Y8, Y4, Y2
+	MOVWLZX        (R8)(BX*1), AX
+	VPINSRW        $0x01, AX, X6, X6
+	VBROADCASTI128 2(R8)(BX*1), Y5
+	VPSRLVQ        shr4hi<>+0(SB), Y5, Y5
+	VPAND          Y14, Y5, Y5
+	VMOVDQA        Y9, Y3
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x55; BYTE $0x50; BYTE $0xd8 // VPDPBUSD Y8, Y5, Y3
+	MOVWLZX        (R9)(BX*1), AX
+	VPINSRW        $0x02, AX, X6, X6
+	VBROADCASTI128 2(R9)(BX*1), Y4
+	VPSRLVQ        shr4hi<>+0(SB), Y4, Y4
+	VPAND          Y14, Y4, Y4
+	VMOVDQA        Y9, Y7
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x5d; BYTE $0x50; BYTE $0xf8 // VPDPBUSD Y8, Y4, Y7
+	MOVWLZX        (R10)(BX*1), AX
+	VPINSRW        $0x03, AX, X6, X6
+	VBROADCASTI128 2(R10)(BX*1), Y5
+	VPSRLVQ        shr4hi<>+0(SB), Y5, Y5
+	VPAND          Y14, Y5, Y5
+	VMOVDQA        Y9, Y1
+	BYTE           $0xc4; BYTE $0xc2; BYTE $0x55; BYTE $0x50; BYTE $0xc8 // VPDPBUSD Y8, Y5, Y1
+	VCVTPH2PS      X6, X6
+	VPHADDD        Y3, Y2, Y2
+	VPHADDD        Y1, Y7, Y7
+	VPHADDD        Y7, Y2, Y2
+	VEXTRACTI128   $0x01, Y2, X11
+	VPADDD         X11, X2, X2
+	VCVTDQ2PS      X2, X2
+	VMULPS         X10, X6, X12
+	VFMADD231PS    X2, X12, X0
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000022, DX
+	DECQ           CX
+	JNZ            q40RepackAVXVNNITile4x1_loop
+
+q40RepackAVXVNNITile4x1_done:
+	MOVQ    out+40(FP), AX
+	MOVQ    ostride+48(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS X0, (AX)
+	ADDQ    BX, AX
+	VZEROUPPER
+	RET
+
 // func f32AVX512Dot(nb int, w *byte, x *byte) float32
 // Requires: AVX, AVX512F, FMA3, SSE
 TEXT ·f32AVX512Dot(SB), NOSPLIT, $0-28

@@ -119,6 +119,51 @@ func mxfp4VNNITile4x2(nb int, w *byte, wstride int, x *byte, xstride int, out *f
 //go:noescape
 func mxfp4VNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
 
+// q80AVXVNNIDot is 1 weight rows × 1 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-VNNI).
+//
+//go:noescape
+func q80AVXVNNIDot(nb int, w *byte, x *byte) float32
+
+// q80AVXVNNITile2x2 is 2 weight rows × 2 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-VNNI).
+//
+//go:noescape
+func q80AVXVNNITile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
+// q80AVXVNNITile4x1 is 4 weight rows × 1 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-VNNI).
+//
+//go:noescape
+func q80AVXVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
+// q40AVXVNNIDot is 1 weight rows × 1 Q8_0 rows of nb blocks (Q4_0 weights, DotQ4_0AVX2 order, AVX-VNNI).
+//
+//go:noescape
+func q40AVXVNNIDot(nb int, w *byte, x *byte) float32
+
+// q40AVXVNNITile2x2 is 2 weight rows × 2 Q8_0 rows of nb blocks (Q4_0 weights, DotQ4_0AVX2 order, AVX-VNNI).
+//
+//go:noescape
+func q40AVXVNNITile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
+// q40AVXVNNITile4x1 is 4 weight rows × 1 Q8_0 rows of nb blocks (Q4_0 weights, DotQ4_0AVX2 order, AVX-VNNI).
+//
+//go:noescape
+func q40AVXVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
+// q40RepackAVXVNNIDot is 1 weight rows × 1 Q8_0 rows of nb blocks (Q4_0 weights, DotQ4_0Repack8x8 order, AVX-VNNI).
+//
+//go:noescape
+func q40RepackAVXVNNIDot(nb int, w *byte, x *byte) float32
+
+// q40RepackAVXVNNITile2x2 is 2 weight rows × 2 Q8_0 rows of nb blocks (Q4_0 weights, DotQ4_0Repack8x8 order, AVX-VNNI).
+//
+//go:noescape
+func q40RepackAVXVNNITile2x2(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
+// q40RepackAVXVNNITile4x1 is 4 weight rows × 1 Q8_0 rows of nb blocks (Q4_0 weights, DotQ4_0Repack8x8 order, AVX-VNNI).
+//
+//go:noescape
+func q40RepackAVXVNNITile4x1(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
 // f32AVX512Dot is 1 weight rows × 1 activation rows of nb values in the DotF32AVX512 order (AVX-512).
 //
 //go:noescape

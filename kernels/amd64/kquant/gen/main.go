@@ -18,6 +18,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
+
+	"github.com/jitllm/jitllm/kernels/amd64/internal/vexvnni"
 )
 
 const (
@@ -442,11 +444,9 @@ func q4k(name string, t kq, x int) {
 			VPSHUFB(c(fmt.Sprintf("k4s%d", 2*j+1)), scales, sh)
 			for i := 0; i < x; i++ {
 				VPMADDUBSW(r.at(i, 4+64*j), ql, p)
-				VPMADDWD(p, sl, p)
-				VPADDD(p, sumi[i], sumi[i])
+				maddAdd(p, sl, sumi[i])
 				VPMADDUBSW(r.at(i, 36+64*j), qh, p)
-				VPMADDWD(p, sh, p)
-				VPADDD(p, sumi[i], sumi[i])
+				maddAdd(p, sh, sumi[i])
 			}
 		}
 		q4kEpilogue(frame, w, r, mins, sumi, t)
@@ -763,8 +763,7 @@ func q6k(name string, x int) {
 					VPMADDUBSW(r.at(i, o), q, p)
 					VPMADDUBSW(r.at(i, o), m32, s)
 					VPSUBW(s, p, p)
-					VPMADDWD(p, sc, p)
-					VPADDD(p, sumi[i], sumi[i])
+					maddAdd(p, sc, sumi[i])
 				}
 			}
 		}
@@ -776,6 +775,22 @@ func q6k(name string, x int) {
 	}
 	Label(name + "_done")
 	finish(frame, x, 0)
+}
+
+// avxVNNI is set while the AVX-VNNI kernels are emitted: the AVX2 bodies
+// (VEX, Y0-Y15) with maddAdd as one VEX VPDPWSSD.
+var avxVNNI bool
+
+// maddAdd is sum += _mm256_madd_epi16(p, s): VPMADDWD then VPADDD, or under
+// avxVNNI one VPDPWSSD (non-saturating; exact integers, so the same lanes).
+// p is clobbered on AVX2.
+func maddAdd(p, s, sum VecVirtual) {
+	if avxVNNI {
+		vexvnni.VPDPWSSD(p, s, sum)
+		return
+	}
+	VPMADDWD(p, s, p)
+	VPADDD(p, sum, sum)
 }
 
 // q4kScales is ggml's utmp unpacking of the block's 12 scale bytes: the
@@ -1351,6 +1366,19 @@ func main() {
 	q4k512("q5kRowsVNNI", kQ5, 1)
 	q4k512("q4kr8RowsVNNI", kQ4r8, 1)
 	q6k512("q6kRowsVNNI", 1)
+	// AVX-VNNI without AVX-512: the AVX2 kernels, VPDPWSSD for madd+add
+	evex, avxVNNI = false, true
+	for _, x := range []int{1, 8} {
+		q4k(fmt.Sprintf("q4kDot%dAVXVNNI", x), kQ4, x)
+		q4k(fmt.Sprintf("q5kDot%dAVXVNNI", x), kQ5, x)
+		q4k(fmt.Sprintf("q4kr8Dot%dAVXVNNI", x), kQ4r8, x)
+		q6k(fmt.Sprintf("q6kDot%dAVXVNNI", x), x)
+	}
+	q4k("q4kRowsAVXVNNI", kQ4, 1)
+	q4k("q5kRowsAVXVNNI", kQ5, 1)
+	q4k("q4kr8RowsAVXVNNI", kQ4r8, 1)
+	q6k("q6kRowsAVXVNNI", 1)
+	avxVNNI = false
 	quantQ8K()
 	Generate()
 }
