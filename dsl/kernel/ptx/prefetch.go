@@ -15,7 +15,8 @@ import (
 // kernel.Prefetch, the first trip to memory: a mat-vec's weight rows
 // (no launch writes them) are already on their way into L2. Right after
 // its wait a kernel lets the next one launch (griddepcontrol.launch_dependents),
-// so at most one kernel waits ahead of the one running.
+// so at most one kernel waits ahead of the one running (letting it launch
+// at entry instead, several ahead, was 7-11% slower on the H200).
 
 // depWait renders the wait for the kernel before and the early launch of
 // the one after.
