@@ -39,7 +39,7 @@ prefill rate, the time to first token and the ratio to S=1, from the best of
   -n N         tokens each stream generates (≥ 2)
   -r N         runs per stream count; the best decode rate counts
   -threads N   worker threads (0 = one per CPU)
-  -tune M      CPU kernel tuning: off, quick (default) or full
+  -tune M      kernel tuning (CPU blocks, CUDA mat-vec shapes): off, quick (default) or full
   -prompts F   one prompt per line (stream i takes line i, cycling), each
                tokenized and cut to -p tokens; default: random token ids,
                distinct per stream

@@ -25,7 +25,7 @@ func newBenchFlagSet(name string, bf *benchFlags) *flag.FlagSet {
 	fs.IntVar(&bf.threads, "threads", 0, "threads")
 	fs.IntVar(&bf.threads, "t", 0, "threads")
 	bf.tune = tune.Quick
-	fs.Var(&bf.tune, "tune", "CPU kernel tuning")
+	fs.Var(&bf.tune, "tune", "kernel tuning: CPU block sizes and workers, CUDA decode mat-vec shapes (measured on first use, cached)")
 	fs.BoolVar(&bf.json, "json", false, "JSON output")
 	fs.BoolVar(&bf.verbose, "v", false, "print each run")
 	fs.BoolVar(&bf.mmap, "mmap", false, "weights stay mapped")

@@ -52,7 +52,7 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda:N, auto, or a list to split the model over (cpu,cuda:0; cuda:0,cuda:1)")
 	fl.BoolVar(&f.mmap, "mmap", false, "keep the weights in the file's memory mapping (as llama.cpp's default) instead of copying them into RAM when they fit")
 	f.tune = tune.Quick
-	fl.Var(&f.tune, "tune", "CPU kernel tuning: off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
+	fl.Var(&f.tune, "tune", "kernel tuning (CPU block sizes and workers, CUDA decode mat-vec shapes): off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
 }
 
 func (f *genFlags) request(prompt string) generate.Request {

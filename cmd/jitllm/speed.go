@@ -35,9 +35,10 @@ object per test with the same fields.
   -b N         most tokens in one forward (default min(-p, 512))
   -devices D   cpu, cuda:N, auto, or a list to split over (cpu,cuda:0; cuda:0,cuda:1)
   -threads N   worker threads (0 = one per CPU)
-  -tune M      CPU kernel tuning: off (defaults), quick (default: a few
+  -tune M      kernel tuning: off (defaults), quick (default: a few
                candidates per matmul shape, measured on first use and cached
-               in the user cache dir) or full (a wider search)
+               in the user cache dir; on CUDA the decode mat-vecs' shapes)
+               or full (a wider search)
   -mmap        CPU: read the weights from the file's memory mapping (the
                page cache) as llama.cpp does by default, instead of copying
                them into RAM when they fit in half of what is free

@@ -36,7 +36,7 @@ type Config struct {
 	MaxBatch int       // most rows in one forward (0 = min(Prompt, 512), as llama-bench's n_ubatch)
 	Seed     uint64    // token ids are random in the vocabulary
 	Devices  string    // -devices value (runtime/devices); "" = cpu
-	Tune     tune.Mode // CPU kernel tuning (exec.Options.Tune)
+	Tune     tune.Mode // kernel tuning (exec.Options.Tune: CPU blocks, CUDA mat-vec shapes)
 	Mmap     bool      // CPU weights stay in the file's mapping (exec.Options.Mmap)
 	// Progress, when set, is told each run's figure as it is measured.
 	Progress func(test string, run int, tps float64)

@@ -40,7 +40,7 @@ type StreamsConfig struct {
 	Reps    int       // runs per stream count; the best decode rate counts (0 = 1)
 	Threads int       // worker threads (0 = one per CPU)
 	Seed    uint64    // the random prompts' seed
-	Tune    tune.Mode // CPU kernel tuning (exec.Options.Tune)
+	Tune    tune.Mode // kernel tuning (exec.Options.Tune)
 	Mmap    bool      // CPU weights stay in the file's mapping (exec.Options.Mmap)
 	// Prompts, when set, are the streams' prompts (stream i takes
 	// Prompts[i % len]), each cut to Prompt tokens; else stream i's prompt is

@@ -10,6 +10,7 @@ package gpuexec
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/jitllm/jitllm/dsl"
@@ -81,6 +82,33 @@ type plan struct {
 	f16Left       int64 // bytes left for resident f16 copies of prefill weights (f16Budget)
 	hidden        bool  // a stage graph ending in hidden rows (stage.go), not logits
 	input, pinput view  // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
+
+	// tuned holds measured shapes of decode mat-vecs (tune.go), by
+	// matrix; dots lists the plan's decode mat-vecs, each once
+	tuned map[dotKey]ops.DotShape
+	dots  []dotKey
+}
+
+// dotKey is one integer decode mat-vec: store form, weight type, output
+// rows (a stack's all) and columns.
+type dotKey struct {
+	form       string
+	t          quant.Type
+	rows, cols int
+}
+
+// dotShape is the shape of mat-vec d: its tuned one, else the rule's
+// (dotShape), and records d among the plan's mat-vecs.
+func (p *plan) dotShape(d dotKey) ops.DotShape {
+	if !slices.Contains(p.dots, d) {
+		p.dots = append(p.dots, d)
+	}
+	rule := dotShape(d.form, d.t, d.rows)
+	if sh, ok := p.tuned[d]; ok && d.rows%sh.Rows == 0 {
+		sh.Prefetch = rule.Prefetch // its gain is the overlap with the kernel before, which a lone launch cannot time
+		return sh
+	}
+	return rule
 }
 
 // The step buffer's views: [last row, position] and the tokens.
@@ -149,9 +177,15 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 // the runner binds, instead of decoding it into a shared scratch every step
 // (DequantF16 was 11% of a 512-row step of the 1B on the H200).
 func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64) (*plan, error) {
+	return newPlanTuned(m, context, rows, tiles, f16Budget, nil)
+}
+
+// newPlanTuned is newPlanTiles with the decode mat-vecs of tuned in their
+// measured shapes (tune.go).
+func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64, tuned map[dotKey]ops.DotShape) (*plan, error) {
 	g := m.Graph
 	rows = max(rows, 1)
-	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1 + kernel.AttnBlock - 1, tiles: tiles, f16Left: f16Budget}
+	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1 + kernel.AttnBlock - 1, tiles: tiles, f16Left: f16Budget, tuned: tuned}
 	resident16 := map[int]int{} // weight index -> its resident f16 copy
 	p.step = p.add(alloc{name: "step", kind: kernel.I32, n: 2 + rows})
 	id, ok := g.Outputs["logits"]
@@ -265,9 +299,9 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 	}
 	// dotMatVec is the cache name and constructor of the integer decode
 	// mat-vec of store form form (ops.DotMatVec's) for a matrix of weight
-	// type t and rows rows, in dotShape's shape
-	dotMatVec := func(form string, t quant.Type, rows int) (string, func() *kernel.Kernel) {
-		sh := dotShape(form, t, rows)
+	// type t, rows rows and cols columns, in the plan's shape for it
+	dotMatVec := func(form string, t quant.Type, rows, cols int) (string, func() *kernel.Kernel) {
+		sh := p.dotShape(dotKey{form, t, rows, cols})
 		return fmt.Sprintf("MatVecDot%s%s%s", form, t, sh), func() *kernel.Kernel { return ops.DotMatVec(form, t.String(), sh) }
 	}
 
@@ -417,13 +451,13 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 						}
 						last.rk, last.x = quantize, x
 						dotIn = []any{xq, xd}
-						k = cached(dotMatVec("", w.Type, n.Cols))
+						k = cached(dotMatVec("", w.Type, n.Cols, cols))
 						if st, ok := stackOf[i]; ok {
 							// the stack's rows in one launch, from its first
 							lw, ly := weights[g.Nodes[st[len(st)-1]].Weight], out[st[len(st)-1]]
 							wv = view{wv.a, wv.off, lw.off + lw.n - wv.off}
 							y = view{y.a, y.off, ly.off + ly.n - y.off}
-							k = cached(dotMatVec("", w.Type, y.n))
+							k = cached(dotMatVec("", w.Type, y.n, cols))
 							for _, j := range st[1:] {
 								fused[j] = true
 							}
@@ -510,7 +544,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 				dotForm := map[dsl.Op]string{dsl.OpAdd: "Add", dsl.OpSiLU: "SiLU", dsl.OpMul: "Mul"}[next.op]
 				switch {
 				case dotIn != nil && dotForm != "":
-					ename, ek = dotMatVec(dotForm, w.Type, n.Cols)
+					ename, ek = dotMatVec(dotForm, w.Type, n.Cols, cols)
 				case next.op == dsl.OpAdd:
 					ek, ename = ops.WarpMatVecsAdd()[w.Type.String()], "MatVecWarpAdd"+w.Type.String()
 				case next.op == dsl.OpSiLU:
@@ -528,7 +562,7 @@ func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64)
 					// gate and up projections in one launch: the gate's SiLU
 					// never stored, the Mul after them done as it stores
 					mul := epilogues[up].node
-					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols)
+					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols, cols)
 					p.call(i, cached(name, mk), append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
 					fused[next.node], fused[up], fused[mul] = true, true, true
 				case xr == 1 && hasNext && ek != nil && (x.a == scratch || dotIn != nil):

@@ -11,6 +11,7 @@ import (
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/tune"
 )
 
 // Runner holds one sequence's state on the GPU (KV caches, position) and the
@@ -64,8 +65,9 @@ const threadsPerBlock = 128
 // KV caches allocated for opt.Context positions (0: the model's trained
 // context, capped at 4096). opt.Threads and opt.MaxBatch do not apply: a
 // prompt runs in steps of prefillRows(context) rows (one token a step with
-// opt.LogitsAll), decoding one token a step. Without a driver the error
-// wraps cuda.ErrNoDriver.
+// opt.LogitsAll), decoding one token a step. With opt.Tune the decode
+// mat-vecs take the shapes measured on this device (tune.go; cached in
+// opt.TuneDir). Without a driver the error wraps cuda.ErrNoDriver.
 func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	if opt.Context <= 0 {
 		opt.Context = m.ContextLength()
@@ -90,9 +92,24 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 		c.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
+	var tuned map[dotKey]ops.DotShape
+	if opt.Tune != tune.Off { // the decode mat-vecs' shapes measured on this device (tune.go)
+		cache := tune.DefaultDevice(deviceKey(c))
+		if opt.TuneDir != "" {
+			cache = tune.AtDevice(opt.TuneDir, deviceKey(c))
+		}
+		if tuned, err = tuneDots(c, p, opt.Tune, cache); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("gpuexec: %w", err)
+		}
+		if p, err = newPlanTuned(m, opt.Context, rows, tiles, 0, tuned); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("gpuexec: %w", err)
+		}
+	}
 	if tiles && rows > 1 { // prefill products on the tensor cores: keep their f16 weights if there is room
 		if budget := residentF16Budget(c, p); budget > 0 {
-			if p, err = newPlanTiles(m, opt.Context, rows, tiles, budget); err != nil {
+			if p, err = newPlanTuned(m, opt.Context, rows, tiles, budget, tuned); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("gpuexec: %w", err)
 			}

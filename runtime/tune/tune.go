@@ -1,10 +1,13 @@
 // Package tune chooses the CPU runner's tunable parameters (weight rows per
 // task, activation rows per block, workers) for each (op shape, quant type,
 // kernel ISA) by measuring candidates the first time the shape runs, and
-// keeps the choices on disk so later runs start tuned.
+// keeps the choices on disk so later runs start tuned. The CUDA runner
+// keeps its decode mat-vecs' measured shapes (rows, threads, unroll) in
+// the same form, one file per GPU (AtDevice).
 //
-// The cache is one JSON file per (CPU, build): a different processor or a
-// rebuilt binary has other best choices, so either starts a new file. A
+// The cache is one JSON file per (CPU or device, build): a different
+// processor or a rebuilt binary has other best choices, so either starts a
+// new file. A
 // file that cannot be read or parsed is ignored with a warning; it is
 // rewritten, atomically, at the next choice.
 package tune
@@ -76,6 +79,10 @@ type Params struct {
 	XRows    int `json:"xrows"`              // activation rows per block (batches)
 	Workers  int `json:"workers"`            // workers the op runs on
 	Prefetch int `json:"prefetch,omitempty"` // bytes ahead the kernel prefetches weights (decode rows kernels; 0: its default)
+	// a GPU decode mat-vec's shape (runtime/gpuexec): Rows rows a group
+	// of Threads threads, Unroll units a thread's trip
+	Threads int `json:"threads,omitempty"`
+	Unroll  int `json:"unroll,omitempty"`
 }
 
 // Shape identifies one tuned op: its kind, the kernel that runs it, and
@@ -307,13 +314,27 @@ func Default() *Cache {
 }
 
 // At is the process's shared cache in dir for this CPU and build.
-func At(dir string) *Cache {
+func At(dir string) *Cache { return AtDevice(dir, CPU()) }
+
+// DefaultDevice is Default for a device other than the CPU (a GPU's name
+// and driver: runtime/gpuexec's choices).
+func DefaultDevice(device string) *Cache {
+	dir := ""
+	if d, err := os.UserCacheDir(); err == nil {
+		dir = filepath.Join(d, "jitllm")
+	}
+	return AtDevice(dir, device)
+}
+
+// AtDevice is the process's shared cache in dir for device and this build.
+func AtDevice(dir, device string) *Cache {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if c, ok := shared[dir]; ok {
+	key := dir + "\x00" + device
+	if c, ok := shared[key]; ok {
 		return c
 	}
-	c := Open(dir, CPU(), Build())
-	shared[dir] = c
+	c := Open(dir, device, Build())
+	shared[key] = c
 	return c
 }
