@@ -134,6 +134,16 @@ func TestRMSNormQuantize(t *testing.T) {
 	}
 }
 
+// gateUp is two random matrices of out rows of n values of typ, rows
+// drawn in turn (a gate's and an up projection's).
+func gateUp(typ quant.Type, n, out int, r *rand.Rand) (wg, wu []byte) {
+	for range out {
+		wg = append(wg, opstest.Row(typ, n, nil, r)...)
+		wu = append(wu, opstest.Row(typ, n, nil, r)...)
+	}
+	return wg, wu
+}
+
 // partner quantizes x as the integer mat-vec of weight type name reads it.
 func partner(t *testing.T, name string, x []float32) (xq []byte, xd []float32) {
 	qk, kern := 256, ops.QuantizeQ8_K()
@@ -217,12 +227,7 @@ func TestMatVecDotSwiGLU(t *testing.T) {
 	x := opstest.Floats(n, 2, r)
 	for _, name := range []string{"Q4_K", "Q6_K", "Q8_0"} {
 		xq, xd := partner(t, name, x)
-		typ := opstest.Type(name)
-		var wg, wu []byte
-		for range out {
-			wg = append(wg, opstest.Row(typ, n, nil, r)...)
-			wu = append(wu, opstest.Row(typ, n, nil, r)...)
-		}
+		wg, wu := gateUp(opstest.Type(name), n, out, r)
 		for _, sh := range []ops.DotShape{{}, {Rows: 2, Threads: 64, Unroll: 2}, {Rows: 4, Threads: 128}} {
 			gate, want, got := make([]float32, out), make([]float32, out), make([]float32, out)
 			if err := k.Run(ops.DotMatVec("SiLU", name, sh), wg, xq, xd, gate); err != nil {
@@ -285,12 +290,7 @@ func TestMatVecDotPrefetch(t *testing.T) {
 	res := opstest.Floats(out, 1, r)
 	for _, name := range []string{"Q4_K", "Q6_K", "Q8_0"} {
 		xq, xd := partner(t, name, x)
-		typ := opstest.Type(name)
-		var wg, wu []byte
-		for range out {
-			wg = append(wg, opstest.Row(typ, n, nil, r)...)
-			wu = append(wu, opstest.Row(typ, n, nil, r)...)
-		}
+		wg, wu := gateUp(opstest.Type(name), n, out, r)
 		for _, form := range []string{"", "Add", "SwiGLU"} {
 			sh := ops.DotShape{Rows: 2, Threads: 64, Unroll: 2}
 			var ys [2][]float32
