@@ -53,6 +53,13 @@ type Function struct {
 	f    uintptr
 	Name string
 	c    *Context
+	dep  *dependentLaunch // LaunchDependent's config, made on first use and reused (no allocation a launch)
+}
+
+// dependentLaunch is a CUlaunchConfig with its one attribute beside it.
+type dependentLaunch struct {
+	cfg  launchConfig
+	attr launchAttr
 }
 
 // Function looks up a kernel by its .entry name.
@@ -62,7 +69,7 @@ func (m *Module) Function(name string) (*Function, error) {
 	if err := check("cuModuleGetFunction "+name, api.cuModuleGetFunction(&f, m.m, cString(name))); err != nil {
 		return nil, err
 	}
-	return &Function{f, name, m.c}, nil
+	return &Function{f: f, Name: name, c: m.c}, nil
 }
 
 // SetMaxDynamicShared allows a launch to use up to n bytes of dynamic
@@ -133,9 +140,13 @@ func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a
 	if api.cuLaunchKernelEx == nil {
 		return fmt.Errorf("launching %s: %w (no cuLaunchKernelEx)", f.Name, ErrOldDriver)
 	}
-	attr := launchAttr{id: attrProgrammaticSerialization}
-	attr.value[0] = 1
-	cfg := launchConfig{grid: grid, block: block, shared: shared, attrs: &attr, numAttrs: 1}
+	if f.dep == nil {
+		f.dep = &dependentLaunch{attr: launchAttr{id: attrProgrammaticSerialization}}
+		f.dep.attr.value[0] = 1
+		f.dep.cfg.attrs, f.dep.cfg.numAttrs = &f.dep.attr, 1
+	}
+	cfg := &f.dep.cfg // the driver reads it during the call only
+	cfg.grid, cfg.block, cfg.shared, cfg.stream = grid, block, shared, 0
 	if s != nil {
 		cfg.stream = s.s
 	}
@@ -144,8 +155,7 @@ func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a
 		params = unsafe.Pointer(&a.ptrs[0])
 	}
 	defer f.c.enter()()
-	r := api.cuLaunchKernelEx(&cfg, f.f, params, nil)
-	runtime.KeepAlive(&attr)
+	r := api.cuLaunchKernelEx(cfg, f.f, params, nil)
 	if r != 0 {
 		return fmt.Errorf("launching %s: %w", f.Name, r)
 	}

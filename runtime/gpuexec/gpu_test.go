@@ -164,6 +164,17 @@ func TestGPUDecodeAllocs(t *testing.T) {
 			}
 		})
 		t.Logf("graphs=%v: %.1f Go heap allocations per decode step (%d kernels a step)", graphs, per[graphs], len(g.calls))
+		if graphs { // the greedy step: the replay, then the device argmax's launch (dependent on sm_90)
+			greedy := testing.AllocsPerRun(50, func() {
+				if _, err := g.ForwardGreedy(tok); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Logf("ForwardGreedy: %.1f Go heap allocations per decode step", greedy)
+			if greedy > per[true]+8 {
+				t.Errorf("ForwardGreedy allocates %.1f a step, the replay alone %.1f", greedy, per[true])
+			}
+		}
 	}
 	if per[true] > 100 || per[true] >= per[false] {
 		t.Fatalf("graph replay allocates %.1f a step (plain launches %.1f)", per[true], per[false])
