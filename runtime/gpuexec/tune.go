@@ -83,7 +83,8 @@ func deviceKey(c *cuda.Context) string {
 }
 
 // tuneDots returns the shapes of p's decode mat-vecs that the cache holds
-// and, for the others, measures them now on c and records them.
+// and, for the others, measures them now on c and records them. On an
+// error it returns the shapes it has so far with it.
 func tuneDots(c *cuda.Context, p *plan, mode tune.Mode, cache *tune.Cache) (map[dotKey]ops.DotShape, error) {
 	out := map[dotKey]ops.DotShape{}
 	var todo []dotKey
@@ -97,6 +98,9 @@ func tuneDots(c *cuda.Context, p *plan, mode tune.Mode, cache *tune.Cache) (map[
 	if len(todo) == 0 || mode == tune.Off {
 		return out, nil
 	}
+	if c == nil {
+		return out, fmt.Errorf("%d mat-vec shapes to measure and no device", len(todo))
+	}
 	t, err := newDotTimer(c)
 	if err != nil {
 		return nil, err
@@ -108,7 +112,7 @@ func tuneDots(c *cuda.Context, p *plan, mode tune.Mode, cache *tune.Cache) (map[
 		}
 		sh, err := t.best(d, dotCandidates(d, mode))
 		if err != nil {
-			return nil, fmt.Errorf("tuning %s %s %d×%d: %w", d.form, d.t, d.rows, d.cols, err)
+			return out, fmt.Errorf("tuning %s %s %d×%d: %w", d.form, d.t, d.rows, d.cols, err)
 		}
 		out[d] = sh
 		cache.Put(d.tuneShape(), tune.Params{Rows: sh.Rows, Threads: sh.Threads, Unroll: sh.Unroll})

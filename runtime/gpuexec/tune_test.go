@@ -64,6 +64,10 @@ func TestTunedPlanMatchesCPU(t *testing.T) {
 		if len(tuned) != len(p.dots) {
 			t.Fatalf("%s: %d shapes from the cache for %d mat-vecs", name, len(tuned), len(p.dots))
 		}
+		// with nothing cached and no device, an error and no shape, not a crash
+		if got, err := tuneDots(nil, p, tune.Quick, tune.Open(t.TempDir(), "another device", "a test build")); err == nil || len(got) != 0 {
+			t.Errorf("%s: measuring without a device: %d shapes, error %v", name, len(got), err)
+		}
 		tuned[p.dots[0]] = ops.DotShape{Rows: 3, Threads: 32} // straddles: the rule's instead
 		tp, err := newPlanTuned(m, 64, 4, true, 0, tuned)
 		if err != nil {
