@@ -146,14 +146,9 @@ func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a
 		f.dep.cfg.attrs, f.dep.cfg.numAttrs = &f.dep.attr, 1
 	}
 	cfg := &f.dep.cfg // the driver reads it during the call only
-	cfg.grid, cfg.block, cfg.shared, cfg.stream = grid, block, shared, 0
-	if s != nil {
-		cfg.stream = s.s
-	}
 	var params unsafe.Pointer
-	if a != nil && len(a.ptrs) > 0 {
-		params = unsafe.Pointer(&a.ptrs[0])
-	}
+	cfg.stream, params = launchOperands(s, a)
+	cfg.grid, cfg.block, cfg.shared = grid, block, shared
 	defer f.c.enter()()
 	r := api.cuLaunchKernelEx(cfg, f.f, params, nil)
 	if r != 0 {
@@ -162,16 +157,22 @@ func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a
 	return nil
 }
 
-// Launch enqueues f on stream s (nil: the default stream).
-func (f *Function) Launch(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
+// launchOperands are a launch's stream handle (0: the default stream) and
+// kernelParams array (nil without parameters).
+func launchOperands(s *Stream, a *Args) (uintptr, unsafe.Pointer) {
 	var sp uintptr
 	if s != nil {
 		sp = s.s
 	}
-	var params unsafe.Pointer
-	if a != nil && len(a.ptrs) > 0 {
-		params = unsafe.Pointer(&a.ptrs[0])
+	if a == nil || len(a.ptrs) == 0 {
+		return sp, nil
 	}
+	return sp, unsafe.Pointer(&a.ptrs[0])
+}
+
+// Launch enqueues f on stream s (nil: the default stream).
+func (f *Function) Launch(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
+	sp, params := launchOperands(s, a)
 	defer f.c.enter()()
 	r := api.cuLaunchKernel(f.f, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, shared, sp, params, nil)
 	if r != 0 {

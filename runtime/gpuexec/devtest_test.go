@@ -55,21 +55,15 @@ func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *
 	if err != nil {
 		t.Fatal(err)
 	}
-	th, err := ptx.Threads(k, tg, sizes...)
+	grid, blk, shared, err := launchShape(k, tg, sizes...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lp, err := ptx.Plan(k, tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := lp.CTA(th, threadsPerBlock)
-	grid, blk := cuda.Dim3{X: uint32((th + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
-	if err := allowShared(fn, lp.Shared); err != nil {
+	if err := allowShared(fn, int(shared)); err != nil {
 		t.Fatal(err)
 	}
 	return func() {
-		if err := fn.Launch(grid, blk, uint32(lp.Shared), s, args); err != nil {
+		if err := fn.Launch(grid, blk, shared, s, args); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -94,18 +94,22 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 	}
 	var tuned map[dotKey]ops.DotShape
 	if opt.Tune != tune.Off { // the decode mat-vecs' shapes measured on this device (tune.go)
-		cache := tune.DefaultDevice(deviceKey(c))
+		var cache *tune.Cache
 		if opt.TuneDir != "" {
 			cache = tune.AtDevice(opt.TuneDir, deviceKey(c))
+		} else {
+			cache = tune.DefaultDevice(deviceKey(c))
 		}
 		if tuned, err = tuneDots(c, p, opt.Tune, cache); err != nil {
 			// the rules' shapes serve wherever a measurement failed (a
 			// device short of memory for the pool, say): tuning only speeds
 			tune.Warnf("CUDA mat-vec shapes: %v; the rest keep the default shapes", err)
 		}
-		if p, err = newPlanTuned(m, opt.Context, rows, tiles, 0, tuned); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("gpuexec: %w", err)
+		if len(tuned) > 0 { // else the plan is the one at hand
+			if p, err = newPlanTuned(m, opt.Context, rows, tiles, 0, tuned); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("gpuexec: %w", err)
+			}
 		}
 	}
 	if tiles && rows > 1 { // prefill products on the tensor cores: keep their f16 weights if there is room
@@ -192,12 +196,9 @@ func (r *Runner) bind() error {
 			return fmt.Errorf("%s: %w", a.name, err)
 		}
 	}
-	setup, err := r.bindCalls(p.setup, tg, fns)
+	setup, err := r.bindCalls(p.setup, tg, fns, false)
 	if err != nil {
 		return err
-	}
-	for i := range setup {
-		setup[i].dependent = false
 	}
 	if err := launchCalls(setup, nil); err != nil {
 		return err
@@ -205,17 +206,14 @@ func (r *Runner) bind() error {
 	if err := r.c.Synchronize(); err != nil {
 		return fmt.Errorf("decoding the resident f16 weights: %w", err)
 	}
-	if r.calls, err = r.bindCalls(p.launches, tg, fns); err != nil {
-		return err
-	}
-	if r.pcalls, err = r.bindCalls(p.prefill, tg, fns); err != nil {
+	if r.calls, err = r.bindCalls(p.launches, tg, fns, true); err != nil {
 		return err
 	}
 	// prefill kernels run long and fill the GPU: launched early they only
 	// take its room (1B pp512 60836 -> 44872 tok/s on the H200), so they
 	// launch as usual (the waits of those a decode step shares return at once)
-	for i := range r.pcalls {
-		r.pcalls[i].dependent = false
+	if r.pcalls, err = r.bindCalls(p.prefill, tg, fns, false); err != nil {
+		return err
 	}
 	if r.s, err = r.c.NewStream(); err != nil {
 		return err
@@ -263,7 +261,7 @@ func (r *Runner) bind() error {
 		if lv.n == 0 {
 			continue
 		}
-		cs, err := r.bindCalls([]launch{{k: am, args: []any{lv, res}}}, tg, fns)
+		cs, err := r.bindCalls([]launch{{k: am, args: []any{lv, res}}}, tg, fns, true)
 		if err != nil {
 			return err
 		}
@@ -272,8 +270,10 @@ func (r *Runner) bind() error {
 	return nil
 }
 
-// bindCalls binds planned launches to device memory and launch shapes.
-func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*cuda.Function) ([]call, error) {
+// bindCalls binds planned launches to device memory and launch shapes;
+// with dependent, those of tg.Dependent's kernels launch as dependent
+// launches (a one-row step's and its argmax).
+func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*cuda.Function, dependent bool) ([]call, error) {
 	var calls []call
 	for _, l := range ls {
 		a := cuda.NewArgs(2 * len(l.args))
@@ -302,21 +302,31 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 				return nil, fmt.Errorf("%s: argument %d of type %T", l.k.Name, i, v)
 			}
 		}
-		n, err := ptx.Threads(l.k, tg, targs...)
+		grid, block, shared, err := launchShape(l.k, tg, targs...)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", l.k.Name, err)
+			return nil, err
 		}
-		lp, err := ptx.Plan(l.k, tg)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", l.k.Name, err)
-		}
-		// n is a multiple of the group, and so is the block: a group of up
-		// to 32 never straddles a warp, and a wider one is the whole CTA
-		block := lp.CTA(max(n, 1), threadsPerBlock)
-		grid := (max(n, 1) + block - 1) / block
-		calls = append(calls, call{fns[l.k], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, uint32(lp.Shared), a, tg.Dependent != nil && tg.Dependent(l.k)})
+		calls = append(calls, call{fns[l.k], grid, block, shared, a, dependent && tg.Dependent != nil && tg.Dependent(l.k)})
 	}
 	return calls, nil
+}
+
+// launchShape is the grid, CTA and dynamic shared memory of a launch of k
+// over sizes (kernel.Run's arguments, ptx.Elems for buffers): ptx.Threads
+// threads in CTAs of threadsPerBlock, or of the group where it is wider.
+func launchShape(k *kernel.Kernel, tg ptx.Target, sizes ...any) (grid, block cuda.Dim3, shared uint32, err error) {
+	n, err := ptx.Threads(k, tg, sizes...)
+	if err != nil {
+		return grid, block, 0, fmt.Errorf("%s: %w", k.Name, err)
+	}
+	lp, err := ptx.Plan(k, tg)
+	if err != nil {
+		return grid, block, 0, fmt.Errorf("%s: %w", k.Name, err)
+	}
+	// n is a multiple of the group, and so is the block: a group of up
+	// to 32 never straddles a warp, and a wider one is the whole CTA
+	b := lp.CTA(max(n, 1), threadsPerBlock)
+	return cuda.Dim3{X: uint32((max(n, 1) + b - 1) / b), Y: 1, Z: 1}, cuda.Dim3{X: uint32(b), Y: 1, Z: 1}, uint32(lp.Shared), nil
 }
 
 // launch enqueues c on s.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
@@ -40,7 +41,7 @@ func dotCandidates(d dotKey, mode tune.Mode) []ops.DotShape {
 	rule.Prefetch = false
 	out := []ops.DotShape{rule}
 	add := func(sh ops.DotShape) {
-		if d.rows%sh.Rows == 0 && !contains(out, sh) {
+		if d.rows%sh.Rows == 0 && !slices.Contains(out, sh) {
 			out = append(out, sh)
 		}
 	}
@@ -65,15 +66,6 @@ func dotCandidates(d dotKey, mode tune.Mode) []ops.DotShape {
 		add(ops.DotShape{Rows: rule.Rows, Threads: rule.Threads, Unroll: u})
 	}
 	return out
-}
-
-func contains(shs []ops.DotShape, sh ops.DotShape) bool {
-	for _, s := range shs {
-		if s == sh {
-			return true
-		}
-	}
-	return false
 }
 
 // deviceKey names c's device and driver for the tuning cache.
@@ -125,24 +117,25 @@ func tuneDots(c *cuda.Context, p *plan, mode tune.Mode, cache *tune.Cache) (map[
 // the cache, not the stream from memory a decode step sees.
 const dotPool = 256 << 20
 
-// matrixBytes is the bytes of mat-vec d's matrices (two for a SwiGLU),
-// each rounded up to 256.
-func matrixBytes(d dotKey) (size uint64, mats int, err error) {
-	rowBytes, err := quant.RowBytes(d.t, int64(d.cols))
+// matrixBytes is the bytes of a row of mat-vec d's matrices and of each
+// matrix rounded up to 256 (its slot in the pool), and how many it has
+// (two for a SwiGLU).
+func matrixBytes(d dotKey) (rowBytes, size uint64, mats int, err error) {
+	rb, err := quant.RowBytes(d.t, int64(d.cols))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	mats = 1
 	if d.form == "SwiGLU" {
 		mats = 2
 	}
-	return (uint64(d.rows)*uint64(rowBytes) + 255) &^ 255, mats, nil
+	return uint64(rb), (uint64(d.rows)*uint64(rb) + 255) &^ 255, mats, nil
 }
 
 // fitsPool reports whether d's matrices fit the pool (an output head of
 // 150 MB and more does not: it keeps its rule's shape).
 func fitsPool(d dotKey) bool {
-	size, mats, err := matrixBytes(d)
+	_, size, mats, err := matrixBytes(d)
 	return err == nil && uint64(mats)*size <= dotPool
 }
 
@@ -222,16 +215,12 @@ func (t *dotTimer) best(d dotKey, shapes []ops.DotShape) (ops.DotShape, error) {
 		return ops.DotShape{}, err
 	}
 	defer mod.Unload()
-	size, mats, err := matrixBytes(d)
+	rowBytes, size, mats, err := matrixBytes(d)
 	if err != nil {
 		return ops.DotShape{}, err
 	}
 	if uint64(mats)*size > dotPool {
 		return ops.DotShape{}, fmt.Errorf("a %d-byte matrix outgrows the %d-byte pool", size, dotPool)
-	}
-	rowBytes, err := quant.RowBytes(d.t, int64(d.cols))
-	if err != nil {
-		return ops.DotShape{}, err
 	}
 	slots := dotPool / (uint64(mats) * size)
 	_, _, qk := dotQuantizer(d.t)
@@ -257,7 +246,7 @@ func (t *dotTimer) best(d dotKey, shapes []ops.DotShape) (ops.DotShape, error) {
 		var vals []uint64
 		var sizes []any
 		for m := range mats {
-			vals, sizes = append(vals, t.pool.Ptr+uint64(m)*size, uint64(d.rows)*uint64(rowBytes)), append(sizes, ptx.Elems(d.rows*int(rowBytes)))
+			vals, sizes = append(vals, t.pool.Ptr+uint64(m)*size, uint64(d.rows)*rowBytes), append(sizes, ptx.Elems(d.rows*int(rowBytes)))
 		}
 		vals = append(vals, xq, uint64(d.cols), xd, uint64(d.cols/qk))
 		sizes = append(sizes, ptx.Elems(d.cols), ptx.Elems(d.cols/qk))
@@ -269,21 +258,15 @@ func (t *dotTimer) best(d dotKey, shapes []ops.DotShape) (ops.DotShape, error) {
 		for j, v := range vals {
 			a.Set(j, v)
 		}
-		n, err := ptx.Threads(k, tg, sizes...)
+		grid, blk, shared, err := launchShape(k, tg, sizes...)
 		if err != nil {
 			return ops.DotShape{}, err
 		}
-		lp, err := ptx.Plan(k, tg)
-		if err != nil {
-			return ops.DotShape{}, err
-		}
-		block := lp.CTA(max(n, 1), threadsPerBlock)
-		grid, blk := cuda.Dim3{X: uint32((max(n, 1) + block - 1) / block), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}
 		launch := func(slot uint64) error {
 			for m := range mats {
 				a.Set(2*m, t.pool.Ptr+(slot*uint64(mats)+uint64(m))*size)
 			}
-			return fn.Launch(grid, blk, 0, t.s, a)
+			return fn.Launch(grid, blk, shared, t.s, a)
 		}
 		const warm, reps = 3, 20
 		for j := range warm {

@@ -7,9 +7,8 @@
 //
 // The cache is one JSON file per (CPU or device, build): a different
 // processor or a rebuilt binary has other best choices, so either starts a
-// new file. A
-// file that cannot be read or parsed is ignored with a warning; it is
-// rewritten, atomically, at the next choice.
+// new file. A file that cannot be read or parsed is ignored with a
+// warning; it is rewritten, atomically, at the next choice.
 package tune
 
 import (
@@ -305,19 +304,13 @@ var (
 // Default is the process's cache for this CPU and build, in
 // os.UserCacheDir()/jitllm (kept in memory where there is no cache dir).
 // Every runner of the process shares it.
-func Default() *Cache {
-	dir := ""
-	if d, err := os.UserCacheDir(); err == nil {
-		dir = filepath.Join(d, "jitllm")
-	}
-	return At(dir)
-}
+func Default() *Cache { return DefaultDevice(CPU()) }
 
 // At is the process's shared cache in dir for this CPU and build.
 func At(dir string) *Cache { return AtDevice(dir, CPU()) }
 
-// DefaultDevice is Default for a device other than the CPU (a GPU's name
-// and driver: runtime/gpuexec's choices).
+// DefaultDevice is Default for device (a GPU's name and driver:
+// runtime/gpuexec's choices).
 func DefaultDevice(device string) *Cache {
 	dir := ""
 	if d, err := os.UserCacheDir(); err == nil {
