@@ -3,6 +3,7 @@ package exec
 import (
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // Pool is a fixed set of worker goroutines that share one job at a time: a
@@ -12,12 +13,19 @@ import (
 // checked in: a worker the OS has not run yet by then skips the job, so a
 // step never waits for a thread that had no CPU. It is made once per
 // runner, so a step spawns no goroutines and allocates nothing.
+//
+// A worker that finishes a job watches for the next one for spinFor before
+// it parks: a decode step is hundreds of jobs of tens of microseconds, and
+// waking a parked goroutine (a futex wake of an idle thread, slower still
+// on a VM) takes longer than that, so the caller would run most tasks
+// alone (BenchmarkPoolJob).
 type Pool struct {
 	n    int
 	wake []chan struct{} // one per worker goroutine (worker 0 is the caller)
-	done chan struct{}   // the last worker out of a closed job says so
+	done chan struct{}   // the last worker out of a closed job says so, when the caller sleeps
 
-	// state is closed<<62 | the number of workers inside the current job.
+	// state is closed<<62 | sleeping<<61 | the number of workers inside the
+	// current job; sleeping: the caller waits on done.
 	state atomic.Int64
 
 	// The current job, written before state opens it (a worker reads state
@@ -28,27 +36,92 @@ type Pool struct {
 	chunk int // span jobs: indices per task
 	total int // span jobs: indices in all
 	next  atomic.Int64
+
+	spin   time.Duration // how long a worker watches for a job before it parks
+	seq    atomic.Int64  // jobs opened to workers: a watching worker joins each once
+	width  atomic.Int64  // workers the current job may use
+	parked []atomic.Bool // worker i sleeps on wake[i] (else it watches state)
 }
 
-const closed = int64(1) << 62
+// spinFor is how long a worker watches for a job before it parks (and
+// the caller for its workers to leave a job before it sleeps).
+const spinFor = 200 * time.Microsecond
+
+const (
+	closed   = int64(1) << 62
+	sleeping = int64(1) << 61
+)
 
 // NewPool starts n workers (n <= 0: one per CPU).
 func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	p := &Pool{n: n, wake: make([]chan struct{}, n), done: make(chan struct{}, 1)}
+	p := &Pool{n: n, wake: make([]chan struct{}, n), done: make(chan struct{}, 1), parked: make([]atomic.Bool, n)}
 	p.state.Store(closed)
+	if n <= runtime.GOMAXPROCS(0) {
+		// With more workers than the Go scheduler runs at once, one
+		// watching would hold a thread another needs for its task.
+		p.spin = spinFor
+	}
 	for i := 1; i < n; i++ { // the caller's goroutine is worker 0
 		c := make(chan struct{}, 1)
 		p.wake[i] = c
-		go func() {
-			for range c {
-				p.join()
-			}
-		}()
+		go p.work(i, c)
 	}
 	return p
+}
+
+// work is worker i's loop: watch for a job, else park until woken.
+func (p *Pool) work(i int, wake chan struct{}) {
+	var last int64 // the last job seen
+	for {
+		if p.watch(i, &last) {
+			p.join()
+			continue
+		}
+		// Park, then look once more: start reads parked after it opens a
+		// job, so either it sees the flag and wakes this worker, or this
+		// worker sees the job.
+		p.parked[i].Store(true)
+		if p.open(i, &last) {
+			p.parked[i].Store(false)
+			p.join()
+			continue
+		}
+		if _, ok := <-wake; !ok {
+			return
+		}
+		p.parked[i].Store(false)
+		last = p.seq.Load()
+		p.join()
+	}
+}
+
+// open reports whether a job worker i has not seen is open to it.
+func (p *Pool) open(i int, last *int64) bool {
+	if p.state.Load()&closed != 0 {
+		return false
+	}
+	s := p.seq.Load()
+	if s == *last || int64(i) >= p.width.Load() {
+		return false
+	}
+	*last = s
+	return true
+}
+
+// watch spins until a job opens to worker i (true) or p.spin passes.
+func (p *Pool) watch(i int, last *int64) bool {
+	t0 := time.Now()
+	for n := 1; ; n++ {
+		if p.open(i, last) {
+			return true
+		}
+		if n%256 == 0 && time.Since(t0) > p.spin {
+			return false
+		}
+	}
 }
 
 // join enters the current job if it is still open, claims tasks until none
@@ -64,7 +137,7 @@ func (p *Pool) join() {
 		}
 	}
 	p.claim()
-	if p.state.Add(-1) == closed {
+	if p.state.Add(-1) == closed|sleeping {
 		p.done <- struct{}{}
 	}
 }
@@ -98,8 +171,13 @@ func (p *Pool) start(workers int) {
 		p.task, p.span = nil, nil
 		return
 	}
+	p.width.Store(int64(w))
 	p.state.Store(0) // open
+	p.seq.Add(1)
 	for i := 1; i < w; i++ {
+		if !p.parked[i].Load() {
+			continue // watching: it sees the job
+		}
 		select {
 		case p.wake[i] <- struct{}{}:
 		default: // a wake-up is already pending: the worker comes anyway
@@ -108,9 +186,28 @@ func (p *Pool) start(workers int) {
 	p.claim()
 	// Every task is claimed; close the job and wait for those inside.
 	if p.state.Or(closed) != 0 {
-		<-p.done
+		p.awaitWorkers()
 	}
 	p.task, p.span = nil, nil
+}
+
+// awaitWorkers returns when no worker is inside the closed job: it spins
+// for p.spin (a worker finishing its last task), then sleeps on done. A
+// caller parked on a channel would be woken onto the finishing worker's
+// own thread, which goes on watching for the next job, so the caller
+// would wait for the scheduler to move it.
+func (p *Pool) awaitWorkers() {
+	t0 := time.Now()
+	for n := 1; ; n++ {
+		s := p.state.Load()
+		if s == closed {
+			return
+		}
+		if n%256 == 0 && time.Since(t0) > p.spin && p.state.CompareAndSwap(s, s|sleeping) {
+			<-p.done
+			return
+		}
+	}
 }
 
 // Tasks calls fn(t) for every t in [0, tasks) on up to workers workers

@@ -16,10 +16,15 @@ func TestPoolRunsEveryTaskOnce(t *testing.T) {
 		hits := make([]atomic.Int32, 500)
 		for job := 0; job < 2000; job++ {
 			tasks := 1 + r.IntN(len(hits))
+			// A slow task makes the caller wait for a worker (longer than
+			// spinFor: it sleeps); a pause between jobs parks the workers.
 			slow := job%97 == 0
+			if job%89 == 0 {
+				time.Sleep(2 * spinFor)
+			}
 			p.Tasks(tasks, r.IntN(n+2), func(i int) {
-				if slow && i == 0 {
-					time.Sleep(100 * time.Microsecond)
+				if slow && i == tasks-1 {
+					time.Sleep(2 * spinFor)
 				}
 				hits[i].Add(1)
 			})
