@@ -220,6 +220,48 @@ func (b Buffer) Zero() error {
 	return check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size))
 }
 
+// CopyAsync copies n bytes from the start of src to the start of b in the
+// order of s, a stream of either buffer's context: within one context a
+// device-to-device copy, between two (two GPUs) a peer copy, direct over
+// NVLink or PCIe where EnablePeerAccess turned it on, else staged by the
+// driver.
+func (b Buffer) CopyAsync(src Buffer, n uint64, s *Stream) error {
+	switch {
+	case n > b.Size || n > src.Size:
+		return fmt.Errorf("copy of %d bytes from a %d-byte buffer into a %d-byte one", n, src.Size, b.Size)
+	case n == 0:
+		return nil
+	}
+	defer s.c.enter()()
+	if b.c.ctx == src.c.ctx {
+		return check("cuMemcpyDtoDAsync", api.cuMemcpyDtoDAsync(b.Ptr, src.Ptr, n, s.s))
+	}
+	return check("cuMemcpyPeerAsync", api.cuMemcpyPeerAsync(b.Ptr, b.c.ctx, src.Ptr, src.c.ctx, n, s.s))
+}
+
+// EnablePeerAccess lets c read and write peer's memory directly where the
+// two devices can (NVLink or PCIe peer-to-peer), and says whether they
+// can; copies between contexts work either way (CopyAsync). The same
+// device, or access already on, is true.
+func (c *Context) EnablePeerAccess(peer *Context) (bool, error) {
+	if c.ctx == peer.ctx {
+		return true, nil
+	}
+	var can int32
+	if err := check("cuDeviceCanAccessPeer", api.cuDeviceCanAccessPeer(&can, int32(c.Device.Ordinal), int32(peer.Device.Ordinal))); err != nil {
+		return false, err
+	}
+	if can == 0 {
+		return false, nil
+	}
+	defer c.enter()()
+	const alreadyEnabled = 704 // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+	if r := api.cuCtxEnablePeerAccess(peer.ctx, 0); r != 0 && r != alreadyEnabled {
+		return false, check("cuCtxEnablePeerAccess", r)
+	}
+	return true, nil
+}
+
 // HostBuffer is page-locked host memory (cuMemAllocHost): the device copies
 // to and from it by DMA, without the staging a pageable Go slice needs, and
 // an async copy into it returns at once (wait on the stream before reading).

@@ -41,6 +41,10 @@ var api struct {
 	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, bytes uint64, s uintptr) Result
 	cuMemcpyDtoHAsync         func(dst unsafe.Pointer, src uint64, bytes uint64, s uintptr) Result
 	cuMemsetD8                func(p uint64, v uint8, n uint64) Result
+	cuMemcpyDtoDAsync         func(dst, src uint64, bytes uint64, s uintptr) Result
+	cuMemcpyPeerAsync         func(dst uint64, dstCtx uintptr, src uint64, srcCtx uintptr, bytes uint64, s uintptr) Result
+	cuDeviceCanAccessPeer     func(can *int32, dev, peer int32) Result
+	cuCtxEnablePeerAccess     func(peer uintptr, flags uint32) Result
 	cuModuleLoadDataEx        func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
 	cuModuleUnload            func(m uintptr) Result
 	cuModuleGetFunction       func(f *uintptr, m uintptr, name *byte) Result
@@ -101,6 +105,10 @@ var symbols = []struct {
 	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
+	{&api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
+	{&api.cuMemcpyPeerAsync, "cuMemcpyPeerAsync"},
+	{&api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer"},
+	{&api.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess"},
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},

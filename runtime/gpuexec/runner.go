@@ -366,6 +366,11 @@ func (r *Runner) Close() {
 	for _, h := range r.pinned {
 		h.Free()
 	}
+	if r.stage != nil {
+		for _, b := range r.stage.links {
+			b.Free()
+		}
+	}
 	if r.mod != nil {
 		r.mod.Unload()
 	}

@@ -4,13 +4,48 @@ import (
 	"encoding/binary"
 	"fmt"
 	"unsafe"
+
+	"github.com/jitllm/jitllm/runtime/cuda"
 )
 
 // stageIO is a stage runner's page-locked staging of the rows it takes
-// from the previous stage and hands to the next (runtime/sched copies them
-// between devices through host memory).
+// from the previous stage and hands to the next, where runtime/sched
+// carries them through host memory (a CPU on either side), and the device
+// buffers it made for rows that another GPU stage copies in.
 type stageIO struct {
 	in, out []float32
+	links   []cuda.Buffer
+}
+
+// DeviceContext is the CUDA context the runner's buffers live in.
+func (r *Runner) DeviceContext() *cuda.Context { return r.c }
+
+// RowsBuffer allocates room on the runner's device for rows rows of its
+// stage input (the previous stage's output width), for a GPU stage before
+// it to copy its output into (StageStepDevice); Close frees it.
+func (r *Runner) RowsBuffer(rows int) (cuda.Buffer, error) {
+	w := r.p.input.n
+	if w == 0 || rows <= 0 || rows > r.p.rows {
+		return cuda.Buffer{}, fmt.Errorf("rows buffer of %d rows of %d values (a stage after the first takes 1 to %d rows)", rows, w, r.p.rows)
+	}
+	b, err := r.c.Alloc(uint64(4 * rows * w))
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	if r.stage == nil {
+		r.stage = &stageIO{}
+	}
+	r.stage.links = append(r.stage.links, b)
+	return b, nil
+}
+
+// OutputWidth is the values of one output row of a hidden stage (0 for a
+// stage that ends in logits).
+func (r *Runner) OutputWidth() int {
+	if !r.p.hidden {
+		return 0
+	}
+	return r.p.vocab
 }
 
 // MaxRows is the most rows one StageStep carries: the prefill step's rows
@@ -47,6 +82,22 @@ func f32AsBytes(v []float32) []byte {
 // chunk. The slice is the runner's own (page-locked) and changes on the
 // next step.
 func (r *Runner) StageStep(toks []int32, in []float32, n int) ([]float32, error) {
+	return r.stageStep(toks, in, cuda.Buffer{}, n, cuda.Buffer{})
+}
+
+// StageStepDevice is StageStep with the rows carried on the devices: a
+// later stage's n input rows come from src (a buffer of this runner's
+// context that the stage before filled, e.g. a RowsBuffer), and a hidden
+// stage's n output rows are copied into dst (on this device or another:
+// a peer copy) instead of to the host; it returns nil for them. A zero src
+// takes the host rows in, a zero dst gives host rows, as StageStep. The
+// step's copies are done when it returns (it synchronizes its stream), so
+// src may be refilled and dst read at once.
+func (r *Runner) StageStepDevice(toks []int32, in []float32, src cuda.Buffer, n int, dst cuda.Buffer) ([]float32, error) {
+	return r.stageStep(toks, in, src, n, dst)
+}
+
+func (r *Runner) stageStep(toks []int32, in []float32, src cuda.Buffer, n int, dst cuda.Buffer) ([]float32, error) {
 	p := r.p
 	switch {
 	case n <= 0 || n > p.rows:
@@ -73,19 +124,27 @@ func (r *Runner) StageStep(toks []int32, in []float32, n int) ([]float32, error)
 				return nil, fmt.Errorf("token id %d is outside the vocabulary of %d", t, p.embRows)
 			}
 		}
-	} else if len(in) < n*inW {
+	} else if src.Size == 0 && len(in) < n*inW {
 		return nil, fmt.Errorf("stage step: %d input values for %d rows of %d", len(in), n, inW)
+	} else if src.Size != 0 && src.Size < uint64(4*n*inW) {
+		return nil, fmt.Errorf("stage step: a %d-byte input buffer for %d rows of %d", src.Size, n, inW)
+	}
+	if dst.Size != 0 && (!p.hidden || dst.Size < uint64(4*n*p.vocab)) {
+		return nil, fmt.Errorf("stage step: a %d-byte output buffer for %d rows of %d (hidden stage: %v)", dst.Size, n, p.vocab, p.hidden)
 	}
 	if r.stage == nil {
 		r.stage = &stageIO{}
+	}
+	if r.stage.in == nil && inW > 0 && src.Size == 0 {
 		var err error
 		if r.stage.in, err = r.pinnedF32(p.rows * inW); err != nil {
 			return nil, err
 		}
-		if p.hidden {
-			if r.stage.out, err = r.pinnedF32(p.rows * p.vocab); err != nil {
-				return nil, err
-			}
+	}
+	if r.stage.out == nil && p.hidden && dst.Size == 0 {
+		var err error
+		if r.stage.out, err = r.pinnedF32(p.rows * p.vocab); err != nil {
+			return nil, err
 		}
 	}
 	h := r.stepHost
@@ -106,7 +165,11 @@ func (r *Runner) StageStep(toks []int32, in []float32, n int) ([]float32, error)
 	if err := r.bufs[p.step].UploadAsync(h[:4*(2+steps)], r.s); err != nil {
 		return nil, err
 	}
-	if inW > 0 {
+	if inW > 0 && src.Size != 0 {
+		if err := r.bufs[inV.a].CopyAsync(src, uint64(4*n*inW), r.s); err != nil {
+			return nil, err
+		}
+	} else if inW > 0 {
 		copy(r.stage.in, in[:n*inW])
 		if err := r.bufs[inV.a].UploadAsync(f32AsBytes(r.stage.in[:n*inW]), r.s); err != nil {
 			return nil, err
@@ -120,7 +183,14 @@ func (r *Runner) StageStep(toks []int32, in []float32, n int) ([]float32, error)
 		return nil, err
 	}
 	var out []float32
-	if p.hidden {
+	if p.hidden && dst.Size != 0 {
+		if err := dst.CopyAsync(r.bufs[outV.a], uint64(4*n*p.vocab), r.s); err != nil {
+			return nil, err
+		}
+		if err := r.s.Synchronize(); err != nil {
+			return nil, err
+		}
+	} else if p.hidden {
 		out = r.stage.out[:n*p.vocab]
 		if err := r.bufs[outV.a].DownloadAsync(f32AsBytes(out), r.s); err != nil {
 			return nil, err

@@ -2,9 +2,10 @@
 // them as a pipeline of stages: each stage is the model's graph cut at
 // block boundaries (dsl.G.Stage), planned by the device's own backend
 // (runtime/exec on a CPU, runtime/gpuexec on a CUDA GPU) with the KV cache
-// of its blocks; hidden-state rows are copied from stage to stage through
-// host memory. A prompt flows through the stages in pieces, so the devices
-// work at once; a decode step goes through every stage in turn. One
+// of its blocks; hidden-state rows are copied from stage to stage on the
+// devices between two GPUs, else through host memory. A prompt flows
+// through the stages in pieces, so the devices work at once; a decode
+// step goes through every stage in turn. One
 // mechanism serves every split: CPU+CPU, CPU+GPU, GPU+GPU, and two stages
 // on one GPU. See docs/sched.md.
 package sched
@@ -25,10 +26,11 @@ type Device struct {
 	Ordinal int    // CUDA device ordinal
 	// Free is the memory the device offers this model, in bytes.
 	Free int64
-	// Speed is the bytes of weights per second the device streams: decode
-	// reads every weight once a token, so a stage's time is its weight
-	// bytes over Speed (measured on the CPU, from the memory clock and bus
-	// on a GPU).
+	// Speed is the device's rate of weight bytes a second: a stage's time
+	// is its weight bytes over Speed. Devices gives the memory bandwidth
+	// (decode reads every weight once a token); MeasureSpeeds, for a list,
+	// the rate of a prompt piece through one of the model's blocks (bytes
+	// × rows a second), which a pipelined prompt's balance depends on.
 	Speed float64
 	// Fixed is what any stage takes on the device beyond its blocks,
 	// embedding and head: activations, scratch, the backend's overhead.
@@ -51,7 +53,7 @@ type Stage struct {
 	Device Device
 	Lo, Hi int
 	Bytes  int64   // memory the stage needs on the device, as Costs count it
-	Time   float64 // seconds of weight streaming a token, Work over Speed
+	Time   float64 // Work over Speed: seconds a token (bandwidth speeds) or a piece's row (measured)
 }
 
 // Placement is the stages in pipeline order, covering every block once.

@@ -62,15 +62,31 @@ func PlanOn(m *exec.Model, devs []Device, opt Options, fewest bool) (Placement, 
 
 // Open places m on the devices ids name (ParseList) and plans the stages:
 // every listed device takes a share of the blocks in proportion to its
-// speed, or with fewest only as many devices as the model's size needs.
+// speed (for a list of distinct devices, measured on one of m's own blocks:
+// MeasureSpeeds), or with fewest only as many devices as the model's size
+// needs.
 func Open(m *exec.Model, ids []string, opt Options, fewest bool) (*Runner, error) {
 	devs, err := Devices(ids)
 	if err != nil {
 		return nil, err
+	}
+	if !fewest && distinct(ids) > 1 {
+		if err := MeasureSpeeds(m, devs, opt); err != nil {
+			Warnf("placing by memory bandwidth: %v", err)
+		}
 	}
 	pl, err := PlanOn(m, devs, opt, fewest)
 	if err != nil {
 		return nil, err
 	}
 	return New(m, pl, opt)
+}
+
+// distinct is the number of different devices ids name.
+func distinct(ids []string) int {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	return len(seen)
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/gpuexec"
 )
@@ -28,9 +29,22 @@ type stageRunner interface {
 type stage struct {
 	Stage
 	r     stageRunner
-	rows  int // most rows a step
-	width int // output rows' width (0: logits)
+	gpu   *gpuexec.Runner // r, on a CUDA device
+	rows  int             // most rows a step
+	width int             // output rows' width (0: logits)
 }
+
+// link carries a piece's rows from one stage to the next in two buffers
+// (one filled while the other is read): in host memory, or, between two
+// GPU stages, on the next stage's device (the stage before copies into it
+// device to device or peer to peer, never through the host).
+type link struct {
+	host [2][]float32
+	dev  [2]cuda.Buffer // set for a GPU-to-GPU link
+}
+
+// onDevice reports whether the link's rows stay on the devices.
+func (l *link) onDevice() bool { return l.dev[0].Size != 0 }
 
 // Runner runs a placed model as a pipeline of stages. It offers what a
 // generate session needs of a runner (Forward, Truncate, Pos, Context,
@@ -39,15 +53,15 @@ type Runner struct {
 	stages []*stage
 	piece  int
 	ctx    int
-	// links[s] are the two buffers that carry a piece's rows from stage s
-	// to stage s+1 (one filled while the other is read).
-	links [][2][]float32
+	// links[s] carries a piece's rows from stage s to stage s+1.
+	links []link
 }
 
 // Options shape a pipeline runner.
 type Options struct {
-	exec.Options     // for every stage (Device is set per stage; LogitsAll is not supported)
-	Piece        int // rows of a prompt's piece; 0 = DefaultPiece
+	exec.Options      // for every stage (Device is set per stage; LogitsAll is not supported)
+	Piece        int  // rows of a prompt's piece; 0 = DefaultPiece
+	HostLinks    bool // carry rows between GPU stages through host memory too (to compare)
 }
 
 // New plans each stage of pl on its device: the model cut to the stage's
@@ -89,43 +103,85 @@ func New(m *exec.Model, pl Placement, opt Options) (*Runner, error) {
 			r.Close()
 			return nil, err
 		}
-		o := opt.Options
-		o.MaxBatch = opt.Piece
-		var sr stageRunner
-		st := &stage{Stage: s}
-		switch s.Device.Kind {
-		case "cpu":
-			if o.Threads == 0 && cpus > 1 {
-				o.Threads = max(1, runtime.NumCPU()/cpus)
-			}
-			er, err := exec.NewRunner(sm, o)
-			if err != nil {
-				r.Close()
-				return nil, fmt.Errorf("sched: stage on %s: %w", s.Device.ID, err)
-			}
-			sr, st.rows = er, er.MaxBatch()
-		case "cuda":
-			o.Device = s.Device.Ordinal
-			gr, err := gpuexec.NewRunner(sm, o)
-			if err != nil {
-				r.Close()
-				return nil, fmt.Errorf("sched: stage on %s: %w", s.Device.ID, err)
-			}
-			sr, st.rows = gr, gr.MaxRows()
-		default:
+		st, err := newStage(sm, s, opt.Options, opt.Piece, cpus)
+		if err != nil {
 			r.Close()
-			return nil, fmt.Errorf("sched: no backend for device %s (kind %q)", s.Device.ID, s.Device.Kind)
+			return nil, err
 		}
-		st.r = sr
-		_, st.width = sm.StageWidth()
 		r.stages = append(r.stages, st)
 		r.piece = min(r.piece, st.rows)
-		r.ctx = min(r.ctx, sr.Context())
+		r.ctx = min(r.ctx, st.r.Context())
 	}
-	for _, s := range r.stages[:len(r.stages)-1] {
-		r.links = append(r.links, [2][]float32{make([]float32, r.piece*s.width), make([]float32, r.piece*s.width)})
+	r.links = make([]link, len(r.stages)-1)
+	for i, s := range r.stages[:len(r.stages)-1] {
+		l, next := &r.links[i], r.stages[i+1]
+		if s.gpu == nil || next.gpu == nil || opt.HostLinks {
+			l.host = [2][]float32{make([]float32, r.piece*s.width), make([]float32, r.piece*s.width)}
+			continue
+		}
+		// Direct access where the devices allow it; a peer copy works
+		// without (the driver stages it).
+		if _, err := s.gpu.DeviceContext().EnablePeerAccess(next.gpu.DeviceContext()); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("sched: peer access from %s to %s: %w", s.Device.ID, next.Device.ID, err)
+		}
+		for b := range l.dev {
+			var err error
+			if l.dev[b], err = next.gpu.RowsBuffer(r.piece); err != nil {
+				r.Close()
+				return nil, fmt.Errorf("sched: rows buffer on %s: %w", next.Device.ID, err)
+			}
+		}
 	}
 	return r, nil
+}
+
+// step runs stage i on n rows: its input from buffer in of link i-1 (h:
+// the host rows, when that link is in host memory), its output into buffer
+// out of link i when that link is on the devices (the result is then nil).
+func (r *Runner) step(i int, toks []int32, h []float32, n, in, out int) ([]float32, error) {
+	s := r.stages[i]
+	var src, dst cuda.Buffer
+	if i > 0 && r.links[i-1].onDevice() {
+		src = r.links[i-1].dev[in]
+	}
+	if i < len(r.links) && r.links[i].onDevice() {
+		dst = r.links[i].dev[out]
+	}
+	if src.Size == 0 && dst.Size == 0 {
+		return s.r.StageStep(toks, h, n)
+	}
+	return s.gpu.StageStepDevice(toks, h, src, n, dst)
+}
+
+// newStage plans stage model sm on s's device with rows rows a step at
+// most; CPU stages share the host's cores between cpus of them (opt.Threads
+// 0: an even share each).
+func newStage(sm *exec.Model, s Stage, o exec.Options, rows, cpus int) (*stage, error) {
+	o.MaxBatch = rows
+	st := &stage{Stage: s}
+	switch s.Device.Kind {
+	case "cpu":
+		if o.Threads == 0 && cpus > 1 {
+			o.Threads = max(1, runtime.NumCPU()/cpus)
+		}
+		er, err := exec.NewRunner(sm, o)
+		if err != nil {
+			return nil, fmt.Errorf("sched: stage on %s: %w", s.Device.ID, err)
+		}
+		st.r, st.rows = er, er.MaxBatch()
+	case "cuda":
+		o.Device = s.Device.Ordinal
+		gr, err := gpuexec.NewRunner(sm, o)
+		if err != nil {
+			return nil, fmt.Errorf("sched: stage on %s: %w", s.Device.ID, err)
+		}
+		st.r, st.rows, st.gpu = gr, gr.MaxRows(), gr
+	default:
+		return nil, fmt.Errorf("sched: no backend for device %s (kind %q)", s.Device.ID, s.Device.Kind)
+	}
+	_, st.width = sm.StageWidth()
+	return st, nil
 }
 
 // Stages is the placement the runner runs.
@@ -199,7 +255,7 @@ func (r *Runner) sequential(tokens []int32) ([]float32, error) {
 		var h []float32
 		for i, s := range r.stages {
 			var err error
-			if h, err = s.r.StageStep(tokens[:n], h, n); err != nil {
+			if h, err = r.step(i, tokens[:n], h, n, 0, 0); err != nil {
 				return nil, fmt.Errorf("stage %d (%s): %w", i, s.Device.ID, err)
 			}
 		}
@@ -239,16 +295,26 @@ func (r *Runner) pipelined(tokens []int32) ([]float32, error) {
 				toks := tokens[p*r.piece : min(len(tokens), (p+1)*r.piece)]
 				n := len(toks)
 				var in []float32
-				inBuf := -1
+				inBuf, b := -1, -1
 				if s > 0 {
 					select {
 					case inBuf = <-full[s-1]:
 					case <-done:
 						return
 					}
-					in = r.links[s-1][inBuf][:n*r.stages[s-1].width]
+					if l := &r.links[s-1]; !l.onDevice() {
+						in = l.host[inBuf][:n*r.stages[s-1].width]
+					}
 				}
-				out, err := st.r.StageStep(toks, in, n)
+				if s < k-1 && r.links[s].onDevice() {
+					// the step copies its rows into the buffer: take it first
+					select {
+					case b = <-free[s]:
+					case <-done:
+						return
+					}
+				}
+				out, err := r.step(s, toks, in, n, inBuf, b)
 				if err != nil {
 					fail(fmt.Errorf("stage %d (%s), rows %d-%d: %w", s, st.Device.ID, p*r.piece, p*r.piece+n-1, err))
 					return
@@ -260,13 +326,14 @@ func (r *Runner) pipelined(tokens []int32) ([]float32, error) {
 					last = out
 					continue
 				}
-				var b int
-				select {
-				case b = <-free[s]:
-				case <-done:
-					return
+				if b < 0 {
+					select {
+					case b = <-free[s]:
+					case <-done:
+						return
+					}
+					copy(r.links[s].host[b], out)
 				}
-				copy(r.links[s][b], out)
 				full[s] <- b
 			}
 		}(s)

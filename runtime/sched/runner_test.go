@@ -276,3 +276,57 @@ func TestSplitDecodeAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations a decode step", n)
 	}
 }
+
+// Rows carried between GPU stages on the devices (device-to-device copies
+// on one GPU, peer copies between two) give the logits that the trip
+// through host memory gives, bit for bit: the same stage computations on
+// the same rows. With a second GPU the links are peer copies.
+func TestGPUDeviceLinksMatchHostLinks(t *testing.T) {
+	needGPU(t)
+	specs := []string{"cuda:0,cuda:0,cuda:0", "cuda:0,cuda:0,cpu"}
+	if devs, err := cuda.Devices(); err == nil && len(devs) > 1 {
+		specs = append(specs, "cuda:0,cuda:1", "cuda:1,cuda:0,cuda:1")
+	} else {
+		t.Log("one GPU: no peer copies between two devices (same-device links only)")
+	}
+	m := loadModel(t, "stories260K.gguf") // 5 blocks: three stages
+	for _, spec := range specs {
+		ids, err := ParseList(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs [2]*Runner
+		for i, host := range []bool{false, true} {
+			o := Options{Options: exec.Options{Context: 128}, Piece: 4, HostLinks: host}
+			if runs[i], err = Open(m, ids, o, false); err != nil {
+				t.Fatalf("%s (host links %v): %v", spec, host, err)
+			}
+			defer runs[i].Close()
+		}
+		onDevice := 0
+		for _, l := range runs[0].links {
+			if l.onDevice() {
+				onDevice++
+			}
+		}
+		if onDevice == 0 || runs[1].links[0].onDevice() {
+			t.Fatalf("%s: %d links on the devices; the host-links runner's first on the device: %v", spec, onDevice, runs[1].links[0].onDevice())
+		}
+		toks := prompt
+		for step := 0; step < 12; step++ {
+			var out [2][]float32
+			for i, r := range runs {
+				o, err := r.Forward(toks)
+				if err != nil {
+					t.Fatalf("%s step %d: %v", spec, step, err)
+				}
+				out[i] = append([]float32(nil), o...)
+			}
+			if i := sameBits(out[0], out[1]); i >= 0 {
+				t.Fatalf("%s step %d: logit %d is %v with device links, %v through the host", spec, step, i, out[0][i], out[1][i])
+			}
+			toks = []int32{argmax(out[0])}
+		}
+		t.Logf("%s (%s): %d of %d links on the devices; 12 steps bit-identical to host links", spec, runs[0].Stages().Short(), onDevice, len(runs[0].links))
+	}
+}
