@@ -146,14 +146,22 @@ func ThreadAccs(l *Stmt) []*Var {
 	return out
 }
 
-// Stores reports whether ss store anywhere.
-func Stores(ss []*Stmt) bool {
+// Any reports whether f holds for a statement of ss or of any body in
+// them, at any depth.
+func Any(ss []*Stmt, f func(*Stmt) bool) bool {
 	for _, s := range ss {
-		if s.Op == SStore || s.Op == STileStore || s.Op == SBlockMatMul || s.Op == SBlockAttention || Stores(s.Body) {
+		if f(s) || Any(s.Body, f) {
 			return true
 		}
 	}
 	return false
+}
+
+// Stores reports whether ss store anywhere.
+func Stores(ss []*Stmt) bool {
+	return Any(ss, func(s *Stmt) bool {
+		return s.Op == SStore || s.Op == STileStore || s.Op == SBlockMatMul || s.Op == SBlockAttention
+	})
 }
 
 // threadLoop interprets cooperative loop s: the threads one after another,

@@ -113,12 +113,7 @@ func allInt(es []Expr) bool {
 
 // HasTiles reports whether k uses tiles (a warp per ParallelFor iteration).
 func HasTiles(ss []*Stmt) bool {
-	for _, s := range ss {
-		if s.Op == STile || HasTiles(s.Body) {
-			return true
-		}
-	}
-	return false
+	return Any(ss, func(s *Stmt) bool { return s.Op == STile })
 }
 
 // tile interprets a tile statement.

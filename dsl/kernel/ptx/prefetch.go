@@ -62,12 +62,7 @@ func (f *fn) prefetchStmt(s *kernel.Stmt) {
 
 // hasPrefetch reports whether a body prefetches anywhere.
 func hasPrefetch(body []*kernel.Stmt) bool {
-	for _, s := range body {
-		if s.Op == kernel.SPrefetch || hasPrefetch(s.Body) {
-			return true
-		}
-	}
-	return false
+	return kernel.Any(body, func(s *kernel.Stmt) bool { return s.Op == kernel.SPrefetch })
 }
 
 // prefetchFirst checks that a kernel that prefetches loads nothing before
