@@ -1,0 +1,61 @@
+#!/bin/sh
+# gpu-check.sh: the GPU work of a session in one device call.
+#
+#   scripts/gpu-check.sh build   here (no GPU needed): the GPU test binaries and jitllm, built static
+#                                into .devbin/ (git-ignored), xz-compressed to travel (device tool: carry .devbin)
+#   scripts/gpu-check.sh run     on the GPU host, from the repository root: every GPU test of runtime/cuda,
+#                                runtime/gpuexec and runtime/sched, then synth models and jitllm speed on one
+#                                device and split over two stages; the log to $OUT/gpu-check.log (or stdout)
+#
+# GPU_CHECK_TESTS (a -test.run pattern, default GPU|Kernels|NoDriver) and GPU_CHECK_SPEED=0 (tests only)
+# narrow a run; GPU_CHECK_MODELS lists the synth shapes timed (default: the three of docs/perf).
+set -eu
+cmd=${1:-}
+bin=.devbin
+case "$cmd" in
+build)
+	mkdir -p "$bin"
+	for p in cuda gpuexec sched; do
+		CGO_ENABLED=0 go test -c -o "$bin/$p.test" "./runtime/$p"
+	done
+	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$bin/jitllm" ./cmd/jitllm
+	rm -f "$bin"/*.xz
+	xz -T0 -6 "$bin"/*.test "$bin/jitllm"
+	ls -l "$bin"
+	;;
+run)
+	B=/tmp/gpu-check-bin
+	mkdir -p "$B"
+	for f in "$bin"/*.xz; do
+		xz -dc "$f" >"$B/$(basename "$f" .xz)"
+		chmod +x "$B/$(basename "$f" .xz)"
+	done
+	log=${OUT:+$OUT/gpu-check.log}
+	log=${log:-/dev/stdout}
+	root=$(pwd)
+	tests=${GPU_CHECK_TESTS:-GPU|Kernels|NoDriver}
+	{
+		nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
+		for p in cuda gpuexec sched; do
+			echo "== runtime/$p"
+			(cd "$root/runtime/$p" && "$B/$p.test" -test.v -test.timeout 480s -test.run "$tests" 2>&1 |
+				grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true)
+		done
+		if [ "${GPU_CHECK_SPEED:-1}" != 0 ]; then
+			export XDG_CACHE_HOME=/tmp/gpu-check-cache
+			for spec in ${GPU_CHECK_MODELS:-llama-3.2-1b:q4_k_m qwen3-0.6b:q8_0 llama-3.1-8b:q4_k_m}; do
+				like=${spec%%:*} typ=${spec##*:}
+				f=/tmp/$like-$typ.gguf
+				[ -f "$f" ] || "$B/jitllm" synth --like "$like" --type "$typ" -o "$f" >/dev/null
+				echo "== speed $like $typ"
+				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error' || true
+				"$B/jitllm" speed "$f" -p 2048 -n 32 -r 1 -devices cuda:0,cuda:0 2>&1 | grep -E '^\||split|error' || true
+			done
+		fi
+	} >"$log" 2>&1
+	;;
+*)
+	echo "usage: scripts/gpu-check.sh build|run" >&2
+	exit 2
+	;;
+esac
