@@ -118,8 +118,13 @@ func (p *Pool) watch(i int, last *int64) bool {
 		if p.open(i, last) {
 			return true
 		}
-		if n%256 == 0 && time.Since(t0) > p.spin {
-			return false
+		if n%256 == 0 {
+			if time.Since(t0) > p.spin {
+				return false
+			}
+			// Let another goroutine of this thread's run (a second
+			// model's runner, the server): the job needs no watcher.
+			runtime.Gosched()
 		}
 	}
 }
