@@ -148,11 +148,15 @@ func residentF16Budget(c *cuda.Context, p *plan) int64 {
 	return max(int64(free)-need, 0) / 2
 }
 
-func (r *Runner) bind() error {
-	p := r.p
-	tg := ptx.ForDevice(r.c.Device.Major, r.c.Device.Minor)
-	am := ops.ArgMaxCTA()
-	if dependentLaunch(tg) {
+// render is the PTX module of p's kernels and the device argmax for a
+// device of compute capability major.minor, as bind loads it: with
+// dependent (dependentLaunch: sm_90 and a driver that launches so), the
+// decode step's kernels rendered for dependent launches (the returned
+// target says which).
+func render(p *plan, major, minor int, dependent bool) (src string, ks []*kernel.Kernel, tg ptx.Target, am *kernel.Kernel, err error) {
+	tg = ptx.ForDevice(major, minor)
+	am = ops.ArgMaxCTA()
+	if dependent {
 		// the one-row step's kernels: a prefill step's run long enough
 		// that an early launch only takes the GPU's room, and rendered
 		// with the waits they ran 9% slower even launched as usual (H200)
@@ -162,8 +166,15 @@ func (r *Runner) bind() error {
 		}
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }
 	}
-	ks := append(p.kernelList(), am)
-	src, err := ptx.Module(ks, tg)
+	ks = append(p.kernelList(), am)
+	src, err = ptx.Module(ks, tg)
+	return src, ks, tg, am, err
+}
+
+func (r *Runner) bind() error {
+	p := r.p
+	major, minor := r.c.Device.Major, r.c.Device.Minor
+	src, ks, tg, am, err := render(p, major, minor, dependentLaunch(ptx.ForDevice(major, minor)))
 	if err != nil {
 		return err
 	}
