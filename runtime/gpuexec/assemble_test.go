@@ -2,18 +2,24 @@ package gpuexec
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops"
 )
 
 // Every module the runner would load assembles with NVIDIA's ptxas where
 // one is installed (a CUDA toolkit; the runner itself never needs it): the
 // plan of each test model at 64 prefill rows rendered as bind renders it
-// for sm_80 (tensor-core products, no dependent launches) and sm_90 (the
-// decode kernels rendered for dependent launches). The driver's own JIT
+// for sm_80 (tensor-core products, no dependent launches), sm_90 (the
+// decode kernels rendered for dependent launches) and sm_90a (the prefill
+// products on wgmma, JITLLM_WGMMA=1). The driver's own JIT
 // checks the same at load on a GPU; this catches a PTX error on a machine
 // without one.
 func TestKernelsAssemble(t *testing.T) {
@@ -29,27 +35,60 @@ func TestKernelsAssemble(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, cc := range [][2]int{{8, 0}, {9, 0}} {
-			src, ks, _, _, err := render(p, cc[0], cc[1], cc[0] >= 9)
+		for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}} {
+			src, ks, _, _, err := render(p, tg, tg.SM >= 90)
 			if err != nil {
-				t.Fatalf("%s sm_%d%d: %v", name, cc[0], cc[1], err)
+				t.Fatalf("%s %s: %v", name, arch(tg), err)
 			}
-			arch := "sm_" + string(rune('0'+cc[0])) + string(rune('0'+cc[1]))
-			in := filepath.Join(dir, strings.ReplaceAll(filepath.Base(name), ".", "_")+"-"+arch+".ptx")
-			if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
-				t.Fatal(err)
+			if tg.SM >= 90 && !strings.Contains(src, "griddepcontrol.wait") {
+				t.Fatalf("%s %s: no kernel rendered for dependent launches", name, arch(tg))
 			}
-			var out bytes.Buffer
-			cmd := exec.Command(ptxas, "-arch="+arch, "-o", in+".cubin", in)
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("%s %s: ptxas: %v\n%s", name, arch, err, out.String())
-			}
-			if cc[0] >= 9 && !strings.Contains(src, "griddepcontrol.wait") {
-				t.Fatalf("%s %s: no kernel rendered for dependent launches", name, arch)
-			}
-			t.Logf("%s %s: %d kernels, %d bytes of PTX assembled", name, arch, len(ks), len(src))
+			assemble(t, ptxas, dir, strings.ReplaceAll(filepath.Base(name), ".", "_"), src, tg)
+			t.Logf("%s %s: %d kernels, %d bytes of PTX assembled", name, arch(tg), len(ks), len(src))
 		}
 	}
+	// every prefill product shape, f16 and f32 activations, on each target
+	var ks []*kernel.Kernel
+	for _, sh := range prefillBlocks {
+		for _, xk := range []kernel.Kind{kernel.U16, kernel.F32} {
+			ks = append(ks, ops.MatMulBlock(sh, xk))
+		}
+	}
+	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}} {
+		src, err := ptx.Module(ks, tg)
+		if err != nil {
+			t.Fatalf("products %+v: %v", tg, err)
+		}
+		assemble(t, ptxas, dir, fmt.Sprintf("products-%d-%v", tg.SM, tg.WGMMA), src, tg)
+		t.Logf("%d prefill products for %s assembled", len(ks), arch(tg))
+	}
 	t.Logf("%s", bytes.TrimSpace(ver))
+}
+
+func arch(tg ptx.Target) string {
+	a := fmt.Sprintf("sm_%d", tg.SM)
+	if tg.WGMMA {
+		a += "a"
+	}
+	return a
+}
+
+// assemble runs ptxas on src for tg, failing t with its log; ptxas's
+// verbose log is returned (registers, spills).
+func assemble(t *testing.T, ptxas, dir, name, src string, tg ptx.Target) string {
+	t.Helper()
+	in := filepath.Join(dir, name+".ptx")
+	if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(ptxas, "-v", "-arch="+arch(tg), "-o", in+".cubin", in)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: ptxas: %v\n%s", name, arch(tg), err, out.String())
+	}
+	if strings.Contains(out.String(), "bytes spill stores") && !strings.Contains(out.String(), " 0 bytes spill stores") {
+		t.Logf("%s %s: spills: %s", name, arch(tg), out.String())
+	}
+	return out.String()
 }

@@ -34,6 +34,12 @@ func deviceStream(t *testing.T) (*cuda.Context, *cuda.Stream) {
 func loadKernels(t *testing.T, c *cuda.Context, ks ...*kernel.Kernel) (*cuda.Module, ptx.Target) {
 	t.Helper()
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
+	return loadKernelsFor(t, c, tg, ks...), tg
+}
+
+// loadKernelsFor renders ks for tg as one module on c, unloaded when t ends.
+func loadKernelsFor(t *testing.T, c *cuda.Context, tg ptx.Target, ks ...*kernel.Kernel) *cuda.Module {
+	t.Helper()
 	src, err := ptx.Module(ks, tg)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +49,7 @@ func loadKernels(t *testing.T, c *cuda.Context, ks ...*kernel.Kernel) (*cuda.Mod
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mod.Unload() })
-	return mod, tg
+	return mod
 }
 
 // launcher is a launch of kernel k of mod on s with args, shaped as

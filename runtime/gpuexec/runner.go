@@ -148,13 +148,11 @@ func residentF16Budget(c *cuda.Context, p *plan) int64 {
 	return max(int64(free)-need, 0) / 2
 }
 
-// render is the PTX module of p's kernels and the device argmax for a
-// device of compute capability major.minor, as bind loads it: with
-// dependent (dependentLaunch: sm_90 and a driver that launches so), the
-// decode step's kernels rendered for dependent launches (the returned
-// target says which).
-func render(p *plan, major, minor int, dependent bool) (src string, ks []*kernel.Kernel, tg ptx.Target, am *kernel.Kernel, err error) {
-	tg = ptx.ForDevice(major, minor)
+// render is the PTX module of p's kernels and the device argmax for
+// target tg, as bind loads it: with dependent (dependentLaunch: sm_90 and
+// a driver that launches so), the decode step's kernels rendered for
+// dependent launches (the returned target says which).
+func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Kernel, _ ptx.Target, am *kernel.Kernel, err error) {
 	am = ops.ArgMaxCTA()
 	if dependent {
 		// the one-row step's kernels: a prefill step's run long enough
@@ -173,8 +171,9 @@ func render(p *plan, major, minor int, dependent bool) (src string, ks []*kernel
 
 func (r *Runner) bind() error {
 	p := r.p
-	major, minor := r.c.Device.Major, r.c.Device.Minor
-	src, ks, tg, am, err := render(p, major, minor, dependentLaunch(ptx.ForDevice(major, minor)))
+	tg := ptx.ForDevice(r.c.Device.Major, r.c.Device.Minor)
+	tg.WGMMA = useWGMMA(tg)
+	src, ks, tg, am, err := render(p, tg, dependentLaunch(tg))
 	if err != nil {
 		return err
 	}
@@ -354,6 +353,13 @@ func (c *call) launch(s *cuda.Stream) error {
 // JITLLM_DEPENDENT_LAUNCH=0.
 func dependentLaunch(tg ptx.Target) bool {
 	return tg.SM >= 90 && cuda.CanLaunchDependent() && os.Getenv("JITLLM_DEPENDENT_LAUNCH") != "0"
+}
+
+// useWGMMA reports whether the prefill products run on sm_90a's warpgroup
+// MMA (ptx.Target.WGMMA): on sm_90 with JITLLM_WGMMA=1, until it has been
+// checked and timed on a device (it assembles; docs/gpu.md).
+func useWGMMA(tg ptx.Target) bool {
+	return tg.SM == 90 && os.Getenv("JITLLM_WGMMA") == "1"
 }
 
 // allowShared lets fn launch with n bytes of dynamic shared memory: past

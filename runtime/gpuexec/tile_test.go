@@ -21,13 +21,35 @@ import (
 // the models' shapes times 512 rows (a prefill step).
 func TestGPUMatMulTile(t *testing.T) {
 	c, s := tensorCoreStream(t)
-	deq, mmt := ops.DequantF16(ops.Q4_K), ops.MatMulTile()
-	shapes := []*kernel.Kernel{mmt, ops.MatMulTileShape(4, 4), ops.MatMulTileShape(2, 2)}
+	shapes := []*kernel.Kernel{ops.MatMulTile(), ops.MatMulTileShape(4, 4), ops.MatMulTileShape(2, 2)}
 	for _, sh := range blockShapes {
 		shapes = append(shapes, ops.MatMulBlock(sh, kernel.U16))
 	}
 	shapes = append(shapes, ops.MatMulBlock(blockShapes[0], kernel.F32))
-	mod, tg := loadKernels(t, c, append([]*kernel.Kernel{deq}, shapes...)...)
+	checkProducts(t, c, s, ptx.ForDevice(c.Device.Major, c.Device.Minor), shapes)
+}
+
+// The prefill products on sm_90a's warpgroup MMA (ptx.Target.WGMMA, the
+// runner's with JITLLM_WGMMA=1) against the interpreter and MatMulTile as
+// TestGPUMatMulTile checks the mma.sync ones, and their times beside them.
+func TestGPUMatMulBlockWGMMA(t *testing.T) {
+	c, s := tensorCoreStream(t)
+	if c.Device.Major != 9 || c.Device.Minor != 0 {
+		t.Skipf("wgmma is sm_90a's; this is sm_%d%d", c.Device.Major, c.Device.Minor)
+	}
+	shapes := []*kernel.Kernel{ops.MatMulTile()}
+	for _, sh := range prefillBlocks {
+		shapes = append(shapes, ops.MatMulBlock(sh, kernel.U16), ops.MatMulBlock(sh, kernel.F32))
+	}
+	checkProducts(t, c, s, ptx.Target{SM: 90, WGMMA: true}, shapes)
+}
+
+// checkProducts renders DequantF16Q4_K and shapes (shapes[0] MatMulTile,
+// the reference) for tg and checks and times them as TestGPUMatMulTile
+// says.
+func checkProducts(t *testing.T, c *cuda.Context, s *cuda.Stream, tg ptx.Target, shapes []*kernel.Kernel) {
+	deq, mmt := ops.DequantF16(ops.Q4_K), shapes[0]
+	mod := loadKernelsFor(t, c, tg, append([]*kernel.Kernel{deq}, shapes...)...)
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, size := range []struct{ n, out, rows int }{{512, 72, 70}, {512, 200, 130}, {2048, 2048, 512}, {2048, 8192, 512}, {8192, 2048, 512},
 		{1024, 3072, 512}, {4096, 4096, 512}, {4096, 14336, 512}, {14336, 4096, 512}} {

@@ -19,6 +19,15 @@ import (
 // A warp's fragments come from ldmatrix: a's x4 gives mma's a0..a3 (rows
 // 0-15 at k 0 from lanes 0-15, at k 8 from lanes 16-31), c's x4 gives the
 // b0 b1 pairs of two neighbouring 8-row pieces.
+//
+// With Target.WGMMA the CTA (four warps: one warpgroup) multiplies each
+// stage with wgmma.mma_async, its operands read from shared memory through
+// descriptors: a stage is then in wgmma's canonical K-major layout without
+// swizzle, core matrices of 8 rows × 16 bytes (8 f16 at one k chunk), an
+// 8-row group's TileK/8 chunks side by side (coreGroup bytes), the groups
+// one after another. An instruction takes 64 of a's rows and all of c's
+// (m64nNk16, N = c's rows), so each lane's sums are those of mma.m16n8
+// pieces: warp w holds rows 16w.. of each 64-row half.
 
 // stagePitch is a staged row's bytes: TileK f16 values and 16 of padding.
 const stagePitch = 2*kernel.TileK + 16
@@ -32,22 +41,40 @@ const stageBudget = 96 << 10
 // of a stage are issued three stages' products ahead of their use.
 const maxStages = 4
 
-// stageBytes is one stage of sh: its operands' rows, padded.
-func stageBytes(sh kernel.BlockShape) int { return (sh.Rows() + sh.Cols()) * stagePitch }
+// coreGroup is an 8-row group's bytes in wgmma's layout: its TileK/8 core
+// matrices of 8 rows × 16 bytes.
+const coreGroup = 8 * 2 * kernel.TileK
+
+// rowBytes is a staged row's share of a stage: padded for ldmatrix, or
+// TileK f16 values in wgmma's layout (where whole 8-row groups start at a
+// row's multiple of it).
+func rowBytes(wgmma bool) int {
+	if wgmma {
+		return 2 * kernel.TileK
+	}
+	return stagePitch
+}
+
+// stageBytes is one stage of sh: its operands' rows.
+func stageBytes(sh kernel.BlockShape, wgmma bool) int {
+	return (sh.Rows() + sh.Cols()) * rowBytes(wgmma)
+}
 
 // blockStages is how many stages of sh fit the budget.
-func blockStages(sh kernel.BlockShape) int { return min(maxStages, stageBudget/stageBytes(sh)) }
+func blockStages(sh kernel.BlockShape, wgmma bool) int {
+	return min(maxStages, stageBudget/stageBytes(sh, wgmma))
+}
 
 // blockShared is the dynamic shared memory of a kernel's block statements
 // (their stages), 0 without.
-func blockShared(body []*kernel.Stmt) int {
+func blockShared(body []*kernel.Stmt, wgmma bool) int {
 	n := 0
 	var walk func([]*kernel.Stmt)
 	walk = func(ss []*kernel.Stmt) {
 		for _, s := range ss {
 			switch s.Op {
 			case kernel.SBlockMatMul:
-				n = max(n, blockStages(*s.Block)*stageBytes(*s.Block))
+				n = max(n, blockStages(*s.Block, wgmma)*stageBytes(*s.Block, wgmma))
 			case kernel.SBlockAttention:
 				n = max(n, attnShared(*s.Attn))
 			}
@@ -75,9 +102,13 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	if !f.blockCTA("block product", nt) {
 		return
 	}
-	stage, ns := stageBytes(sh), blockStages(sh)
+	stage, ns, rb := stageBytes(sh, f.wgmma), blockStages(sh, f.wgmma), rowBytes(f.wgmma)
 	if ns < 2 {
 		f.fail("block product %v: two stages of %d bytes exceed shared memory", sh, stage)
+		return
+	}
+	if f.wgmma && (nt != 128 || bm%64 != 0 || bn%8 != 0 || bn > 256) {
+		f.fail("block product %v: wgmma takes one warpgroup (128 threads), 64-row multiples of a and up to 256 rows of c", sh)
 		return
 	}
 	f.smem = true
@@ -92,23 +123,25 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 
 	tid, warp, l := f.ctaLanes()
 	wm, wn := f.reg(c32), f.reg(c32)
-	f.ins("rem.u32 %s, %s, %d", wm, warp, sh.WM)
-	f.ins("div.u32 %s, %s, %d", wn, warp, sh.WM)
-	// ldmatrix lane offsets within a stage: a's row wm·16M + l%16 at k
-	// 8·(l/16); c's row wn·8N + 8·(l/16) + l%8 at k 8·((l/8)&1)
 	laneA, laneC, t := f.reg(c32), f.reg(c32), f.reg(c32)
-	f.ins("and.b32 %s, %s, 15", t, l)
-	f.ins("mad.lo.u32 %s, %s, %d, %s", laneA, wm, 16*sh.M, t)
-	f.ins("mul.lo.u32 %s, %s, %d", laneA, laneA, stagePitch)
-	f.ins("shr.u32 %s, %s, 4", t, l)
-	f.ins("mad.lo.u32 %s, %s, 16, %s", laneA, t, laneA)
-	f.ins("mul.lo.u32 %s, %s, 8", laneC, t)
-	f.ins("mad.lo.u32 %s, %s, %d, %s", laneC, wn, 8*sh.N, laneC)
-	f.ins("and.b32 %s, %s, 7", t, l)
-	f.ins("add.u32 %s, %s, %s", laneC, laneC, t)
-	f.ins("mad.lo.u32 %s, %s, %d, %d", laneC, laneC, stagePitch, bm*stagePitch)
-	f.ins("bfe.u32 %s, %s, 3, 1", t, l)
-	f.ins("mad.lo.u32 %s, %s, 16, %s", laneC, t, laneC)
+	if !f.wgmma {
+		f.ins("rem.u32 %s, %s, %d", wm, warp, sh.WM)
+		f.ins("div.u32 %s, %s, %d", wn, warp, sh.WM)
+		// ldmatrix lane offsets within a stage: a's row wm·16M + l%16 at k
+		// 8·(l/16); c's row wn·8N + 8·(l/16) + l%8 at k 8·((l/8)&1)
+		f.ins("and.b32 %s, %s, 15", t, l)
+		f.ins("mad.lo.u32 %s, %s, %d, %s", laneA, wm, 16*sh.M, t)
+		f.ins("mul.lo.u32 %s, %s, %d", laneA, laneA, stagePitch)
+		f.ins("shr.u32 %s, %s, 4", t, l)
+		f.ins("mad.lo.u32 %s, %s, 16, %s", laneA, t, laneA)
+		f.ins("mul.lo.u32 %s, %s, 8", laneC, t)
+		f.ins("mad.lo.u32 %s, %s, %d, %s", laneC, wn, 8*sh.N, laneC)
+		f.ins("and.b32 %s, %s, 7", t, l)
+		f.ins("add.u32 %s, %s, %s", laneC, laneC, t)
+		f.ins("mad.lo.u32 %s, %s, %d, %d", laneC, laneC, stagePitch, bm*stagePitch)
+		f.ins("bfe.u32 %s, %s, 3, 1", t, l)
+		f.ins("mad.lo.u32 %s, %s, 16, %s", laneC, t, laneC)
+	}
 	// this thread's chunks: rows tid/4 + j·T/4, values 8·(tid%4)
 	crow, cpart, laneW := f.reg(c64), f.reg(c64), f.reg(c32)
 	f.ins("shr.u64 %s, %s, 2", crow, f.lane)
@@ -116,16 +149,30 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	f.ins("shl.b64 %s, %s, 3", cpart, cpart)
 	f.ins("shr.u32 %s, %s, 2", laneW, tid)
 	f.ins("and.b32 %s, %s, 3", t, tid)
-	f.ins("shl.b32 %s, %s, 4", t, t)
-	f.ins("mad.lo.u32 %s, %s, %d, %s", laneW, laneW, stagePitch, t)
+	if f.wgmma {
+		// row r = tid/4, chunk t: group r/8, core matrix t, its row r%8
+		g := f.reg(c32)
+		f.ins("shl.b32 %s, %s, 7", t, t)
+		f.ins("and.b32 %s, %s, 7", g, laneW)
+		f.ins("mad.lo.u32 %s, %s, 16, %s", t, g, t)
+		f.ins("shr.u32 %s, %s, 3", laneW, laneW)
+		f.ins("mad.lo.u32 %s, %s, %d, %s", laneW, laneW, coreGroup, t)
+	} else {
+		f.ins("shl.b32 %s, %s, 4", t, t)
+		f.ins("mad.lo.u32 %s, %s, %d, %s", laneW, laneW, stagePitch, t)
+	}
 	ops := []*blockOperand{
 		f.blockOperand(s.Buf, ab, args[0:3], bm, nt, crow, cpart, 0),
-		f.blockOperand(s.Buf2, cb, args[3:6], bn, nt, crow, cpart, bm*stagePitch),
+		f.blockOperand(s.Buf2, cb, args[3:6], bn, nt, crow, cpart, bm*rb),
 	}
 	nk := f.reg(c64)
 	f.ins("shr.s64 %s, %s, %d", nk, args[6], log2(kernel.TileK))
 
-	acc := f.zeroTiles(sh.M * sh.N)
+	mp, np := sh.M, sh.N // the sums' m16n8 pieces a lane: by (m, n)
+	if f.wgmma {
+		mp, np = bm/64, bn/8
+	}
+	acc := f.zeroTiles(mp * np)
 	smem := f.reg(c32)
 	f.ins("mov.u32 %s, %s", smem, f.smemName())
 	wbase := f.reg(c32)
@@ -146,8 +193,8 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 		f.ins("cp.async.commit_group")
 	}
 
-	rb, wb, rend, wend := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
-	f.ins("mov.u32 %s, %s", rb, smem)
+	rbase, wb, rend, wend := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
+	f.ins("mov.u32 %s, %s", rbase, smem)
 	f.ins("add.u32 %s, %s, %d", wb, wbase, (ns-1)*stage)
 	f.ins("add.u32 %s, %s, %d", rend, smem, ns*stage)
 	f.ins("add.u32 %s, %s, %d", wend, wbase, ns*stage)
@@ -161,6 +208,11 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	// stage kb has landed (this thread's copies; the barrier makes them
 	// everyone's) and every warp is done with the stage about to be refilled
 	f.ins("cp.async.wait_group %d", ns-2)
+	if f.wgmma {
+		// wgmma reads through the async proxy: order this thread's
+		// writes (cp.async, st.shared) before it
+		f.ins("fence.proxy.async.shared::cta")
+	}
 	f.ins("bar.sync 0")
 	issue := f.reg(cPred)
 	f.ins("setp.lt.s64 %s, %s, %s", issue, ki, nk)
@@ -170,7 +222,11 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	}
 	f.place(noIssue)
 	f.ins("cp.async.commit_group")
-	f.blockProducts(sh, acc, rb, laneA, laneC)
+	if f.wgmma {
+		f.wgmmaProducts(acc, rbase, bm, bn)
+	} else {
+		f.blockProducts(sh, acc, rbase, laneA, laneC)
+	}
 	if ops[0].f32 || ops[1].f32 {
 		f.ins("@!%s bra %s", issue, noStore)
 		for _, o := range ops {
@@ -180,7 +236,7 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 		}
 		f.place(noStore)
 	}
-	f.blockNext(rb, stage, ns, rend)
+	f.blockNext(rbase, stage, ns, rend)
 	f.blockNext(wb, stage, ns, wend)
 	f.ins("add.s64 %s, %s, 1", kb, kb)
 	f.ins("add.s64 %s, %s, 1", ki, ki)
@@ -188,7 +244,52 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	f.place(done)
 	f.ins("cp.async.wait_group 0")
 	f.ins("bar.sync 0") // the next grid iteration's copies may refill any stage
-	f.blockEpilogue(sh, acc, args[7:11], yb, wm, wn, l)
+	// this warp's first row and column of the sums
+	r0, c0 := f.reg(c32), f.reg(c32)
+	mstride := 16
+	if f.wgmma {
+		f.ins("shl.b32 %s, %s, 4", r0, warp)
+		f.ins("mov.u32 %s, 0", c0)
+		mstride = 64
+	} else {
+		f.ins("mul.lo.u32 %s, %s, %d", r0, wm, 16*sh.M)
+		f.ins("mul.lo.u32 %s, %s, %d", c0, wn, 8*sh.N)
+	}
+	f.blockEpilogue(acc, mp, np, mstride, args[7:11], yb, r0, c0, l)
+}
+
+// wgmmaProducts multiplies the stage at base into the sums with the
+// warpgroup's MMA: for each 16-wide k step, a 64-row half of a by all of
+// c's rows an instruction, then waits for them (the stage is refilled
+// next).
+func (f *fn) wgmmaProducts(acc tileRegs, base string, bm, bn int) {
+	// descriptor: start address/16 in bits 0-13, the k neighbour's offset
+	// (LBO, one core matrix: 128 bytes)/16 at 16, the next 8-row group's
+	// (SBO)/16 at 32, no swizzle
+	desc := f.reg(c64)
+	a := f.reg(c32)
+	f.ins("bfe.u32 %s, %s, 4, 14", a, base)
+	f.ins("cvt.u64.u32 %s, %s", desc, a)
+	f.ins("or.b64 %s, %s, %d", desc, desc, (128>>4)<<16|(coreGroup>>4)<<32)
+	scale := f.reg(cPred)
+	f.ins("setp.eq.u32 %s, 1, 1", scale) // D = A·B + D
+	f.ins("wgmma.fence.sync.aligned")
+	np := bn / 8
+	for ks := range kernel.TileK / 16 {
+		dc := f.reg(c64)
+		f.ins("add.s64 %s, %s, %d", dc, desc, (bm*rowBytes(true)+ks*256)>>4)
+		for mh := range bm / 64 {
+			da := f.reg(c64)
+			f.ins("add.s64 %s, %s, %d", da, desc, (mh*64*rowBytes(true)+ks*256)>>4)
+			var d []string
+			for _, piece := range acc[mh*np : (mh+1)*np] {
+				d = append(d, piece[:]...)
+			}
+			f.ins("wgmma.mma_async.sync.aligned.m64n%dk16.f32.f16.f16 {%s}, %s, %s, %s, 1, 1, 0, 0", bn, strings.Join(d, ", "), da, dc, scale)
+		}
+	}
+	f.ins("wgmma.commit_group.sync.aligned")
+	f.ins("wgmma.wait_group.sync.aligned 0")
 }
 
 // blockCTA reports whether a block statement of nt threads can render
@@ -251,7 +352,7 @@ func (f *fn) blockOperand(buf *kernel.Buf, b *bufReg, op []string, rows, nt int,
 // cp.async for f16, loads into o.vals for f32.
 func (f *fn) blockCopy(o *blockOperand, base string, off, nt int) {
 	for j, ptr := range o.ptrs {
-		dst := off + o.region + j*(nt/4)*stagePitch
+		dst := off + o.region + j*(nt/4)*rowBytes(f.wgmma)
 		if o.f32 {
 			f.ins("ld.global.v4.f32 {%s}, [%s]", strings.Join(o.vals[j][:4], ", "), ptr)
 			f.ins("ld.global.v4.f32 {%s}, [%s+16]", strings.Join(o.vals[j][4:], ", "), ptr)
@@ -271,7 +372,7 @@ func (f *fn) blockStore(o *blockOperand, base string, off, nt int) {
 			h[i] = f.reg(c32)
 			f.ins("cvt.rn.f16x2.f32 %s, %s, %s", h[i], v[2*i+1], v[2*i])
 		}
-		f.ins("st.shared.v4.b32 [%s+%d], {%s}", base, off+o.region+j*(nt/4)*stagePitch, strings.Join(h[:], ", "))
+		f.ins("st.shared.v4.b32 [%s+%d], {%s}", base, off+o.region+j*(nt/4)*rowBytes(f.wgmma), strings.Join(h[:], ", "))
 	}
 }
 
@@ -308,40 +409,41 @@ func (f *fn) blockNext(r string, stage, ns int, end string) {
 }
 
 // blockEpilogue stores each lane's sums under the bounds: piece (m, n)
-// sum e of warp (wm, wn) is row wm·16M + 16m + g + 8·(e/2), column
-// wn·8N + 8n + 2t + e%2 (g = l/4, t = l%4); then the CTA's barrier.
-func (f *fn) blockEpilogue(sh kernel.BlockShape, acc tileRegs, y []string, yb *bufReg, wm, wn, l string) {
+// of mp×np, sum e, is row r0 + mstride·m + g + 8·(e/2), column c0 + 8n +
+// 2t + e%2 (g = l/4, t = l%4; r0, c0 the warp's first row and column);
+// then the CTA's barrier.
+func (f *fn) blockEpilogue(acc tileRegs, mp, np, mstride int, y []string, yb *bufReg, r0, c0, l string) {
 	off, stride, rows, cols := y[0], y[1], y[2], y[3]
 	row0, col0, t := f.reg(c64), f.reg(c64), f.reg(c64)
 	w := f.reg(c32)
 	f.ins("shr.u32 %s, %s, 2", w, l)
-	f.ins("mad.lo.u32 %s, %s, %d, %s", w, wm, 16*sh.M, w)
+	f.ins("add.u32 %s, %s, %s", w, r0, w)
 	f.ins("cvt.u64.u32 %s, %s", row0, w)
 	f.ins("and.b32 %s, %s, 3", w, l)
 	f.ins("shl.b32 %s, %s, 1", w, w)
-	f.ins("mad.lo.u32 %s, %s, %d, %s", w, wn, 8*sh.N, w)
+	f.ins("add.u32 %s, %s, %s", w, c0, w)
 	f.ins("cvt.u64.u32 %s, %s", col0, w)
-	colOK := make([]string, 2*sh.N)
+	colOK := make([]string, 2*np)
 	for i := range colOK {
 		colOK[i] = f.reg(cPred)
 		f.ins("add.s64 %s, %s, %d", t, col0, 8*(i/2)+i%2)
 		f.ins("setp.lt.s64 %s, %s, %s", colOK[i], t, cols)
 	}
-	for m := range sh.M {
+	for m := range mp {
 		for h := range 2 {
 			row, addr := f.reg(c64), f.reg(c64)
 			rowOK := f.reg(cPred)
-			f.ins("add.s64 %s, %s, %d", row, row0, 16*m+8*h)
+			f.ins("add.s64 %s, %s, %d", row, row0, mstride*m+8*h)
 			f.ins("setp.lt.s64 %s, %s, %s", rowOK, row, rows)
 			f.ins("mad.lo.s64 %s, %s, %s, %s", addr, row, stride, off)
 			f.ins("add.s64 %s, %s, %s", addr, addr, col0)
 			f.ins("shl.b64 %s, %s, 2", addr, addr)
 			f.ins("add.s64 %s, %s, %s", addr, yb.addr, addr)
-			for n := range sh.N {
+			for n := range np {
 				for e := range 2 {
 					ok := f.reg(cPred)
 					f.ins("and.pred %s, %s, %s", ok, rowOK, colOK[2*n+e])
-					f.ins("@%s st.global.f32 [%s+%d], %s", ok, addr, 4*(8*n+e), acc[m*sh.N+n][2*h+e])
+					f.ins("@%s st.global.f32 [%s+%d], %s", ok, addr, 4*(8*n+e), acc[m*np+n][2*h+e])
 				}
 			}
 		}

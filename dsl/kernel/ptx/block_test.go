@@ -74,6 +74,51 @@ func TestBlockRenders(t *testing.T) {
 	}
 }
 
+// With Target.WGMMA a block product renders for sm_90a: stages unpadded
+// in wgmma's layout, the async-proxy fence before the barrier, one
+// wgmma.mma_async per 64 rows of a and k step, no ldmatrix or mma.sync;
+// shapes that are not one warpgroup, and other targets, are refused.
+func TestBlockRendersWGMMA(t *testing.T) {
+	tg := ptx.Target{SM: 90, WGMMA: true}
+	sh := k.BlockShape{WM: 2, WN: 2, M: 4, N: 8} // 128×128, 128 threads
+	kern := blockKernel(sh, k.U16)
+	src, err := ptx.Render(kern, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ptx.Plan(kern, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// stages of (128+128) rows of 64 bytes: the pipeline's 4 (6 would fit 96 KiB)
+	if l.Group != 128 || l.Shared != 4*256*64 {
+		t.Errorf("launch %+v, want a CTA of 128 with %d bytes of shared memory", l, 4*256*64)
+	}
+	for ins, want := range map[string]int{
+		".target sm_90a": 1, ".version 8.0": 1, "fence.proxy.async.shared::cta": 1,
+		"wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16": 2 * 2, "wgmma.fence.sync.aligned": 1,
+		"wgmma.commit_group.sync.aligned": 1, "wgmma.wait_group.sync.aligned 0": 1,
+		"ldmatrix": 0, "mma.sync": 0, "st.global.f32": 2 * 2 * 16 * 2,
+	} {
+		if got := strings.Count(src, ins); got != want {
+			t.Errorf("%s: %d, want %d", ins, got, want)
+		}
+	}
+	// a thread's first chunk: row tid/4's core matrix tid%4 (·128), its row
+	// in the group (·16), the group (·512)
+	for _, want := range []string{"shl.b32", "mad.lo.u32 %r", ", 512, "} {
+		if !strings.Contains(src, want) {
+			t.Errorf("no %q in the chunk offsets", want)
+		}
+	}
+	if _, err := ptx.Render(blockKernel(k.BlockShape{WM: 2, WN: 4, M: 4, N: 4}, k.U16), tg); err == nil || !strings.Contains(err.Error(), "warpgroup") {
+		t.Errorf("8 warps on wgmma: %v", err)
+	}
+	if _, err := ptx.Render(kern, ptx.Target{SM: 80, WGMMA: true}); err == nil || !strings.Contains(err.Error(), "sm_90a") {
+		t.Errorf("wgmma on sm_80: %v", err)
+	}
+}
+
 // A block attention renders as flash attention: cp.async copies of each
 // cache block, ldmatrix for the keys, ldmatrix.trans for the values, the
 // softmax in ex2 with the rows' maxima and sums over quads, a CTA per grid

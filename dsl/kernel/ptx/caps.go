@@ -36,6 +36,11 @@ type Target struct {
 	// the kernel before it (griddepcontrol.wait) at entry, or after its
 	// weights' prefetches, and lets the kernel after it launch from there.
 	Dependent func(*kernel.Kernel) bool
+	// WGMMA renders block products (kernel.SBlockMatMul) with sm_90a's
+	// warpgroup MMA (wgmma.mma_async from shared-memory descriptors)
+	// instead of mma.sync; the module then targets sm_90a (PTX 8.0), which
+	// only sm_90 devices load.
+	WGMMA bool
 }
 
 // ForDevice is the target of a device of compute capability major.minor.
@@ -47,12 +52,24 @@ func (t Target) version() (string, error) {
 	switch {
 	case t.SM < 70:
 		return "", fmt.Errorf("ptx: sm_%d unsupported (need sm_70 or later)", t.SM)
+	case t.WGMMA && t.SM != 90:
+		return "", fmt.Errorf("ptx: wgmma is sm_90a's (target sm_%d)", t.SM)
 	case t.Version != "":
 		return t.Version, nil
+	case t.WGMMA:
+		return "8.0", nil
 	case t.SM <= 90:
 		return "7.8", nil
 	case t.SM <= 101:
 		return "8.6", nil
 	}
 	return "8.7", nil
+}
+
+// arch is the .target line's architecture: sm_90a where wgmma is used.
+func (t Target) arch() string {
+	if t.WGMMA {
+		return fmt.Sprintf("sm_%da", t.SM)
+	}
+	return fmt.Sprintf("sm_%d", t.SM)
 }

@@ -96,7 +96,7 @@ func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 	if err != nil {
 		return Launch{}, err
 	}
-	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body)}
+	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body, t.WGMMA)}
 	if g != nil {
 		l.Loop = g.Var.Name
 	}
