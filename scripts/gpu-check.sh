@@ -42,10 +42,12 @@ run)
 				grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true)
 		done
 		# the prefill products on wgmma (sm_90a), not yet the default: the whole runner with them
-		echo "== runtime/gpuexec with JITLLM_WGMMA=1"
-		(cd "$root/runtime/gpuexec" && JITLLM_WGMMA=1 "$B/gpuexec.test" -test.v -test.timeout 300s \
-			-test.run 'TestGPUMatchesCPU|TestGPUMatchesInterpretedPlan' 2>&1 |
-			grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go' || true)
+		for w in 1 2; do
+			echo "== runtime/gpuexec with JITLLM_WGMMA=$w"
+			(cd "$root/runtime/gpuexec" && JITLLM_WGMMA=$w "$B/gpuexec.test" -test.v -test.timeout 300s \
+				-test.run 'TestGPUMatchesCPU|TestGPUMatchesInterpretedPlan' 2>&1 |
+				grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go' || true)
+		done
 		if [ "${GPU_CHECK_SPEED:-1}" != 0 ]; then
 			export XDG_CACHE_HOME=/tmp/gpu-check-cache
 			for spec in ${GPU_CHECK_MODELS:-llama-3.2-1b:q4_k_m qwen3-0.6b:q8_0 llama-3.1-8b:q4_k_m}; do
@@ -54,8 +56,10 @@ run)
 				[ -f "$f" ] || "$B/jitllm" synth --like "$like" --type "$typ" -o "$f" >/dev/null
 				echo "== speed $like $typ"
 				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error' || true
-				echo "-- JITLLM_WGMMA=1"
-				JITLLM_WGMMA=1 "$B/jitllm" speed "$f" -p 512 -n 0 -r 2 -devices cuda 2>&1 | grep -E 'pp512|error' || true
+				for w in 1 2; do
+					echo "-- JITLLM_WGMMA=$w"
+					JITLLM_WGMMA=$w "$B/jitllm" speed "$f" -p 512 -n 0 -r 2 -devices cuda 2>&1 | grep -E 'pp512|error' || true
+				done
 				"$B/jitllm" speed "$f" -p 2048 -n 32 -r 1 -devices cuda:0,cuda:0 2>&1 | grep -E '^\||split|error' || true
 			done
 		fi

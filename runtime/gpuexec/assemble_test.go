@@ -54,12 +54,12 @@ func TestKernelsAssemble(t *testing.T) {
 			ks = append(ks, ops.MatMulBlock(sh, xk))
 		}
 	}
-	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}} {
+	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
 		if err != nil {
 			t.Fatalf("products %+v: %v", tg, err)
 		}
-		assemble(t, ptxas, dir, fmt.Sprintf("products-%d-%v", tg.SM, tg.WGMMA), src, tg)
+		assemble(t, ptxas, dir, fmt.Sprintf("products-%d-%v-%v", tg.SM, tg.WGMMA, tg.WGMMAOverlap), src, tg)
 		t.Logf("%d prefill products for %s assembled", len(ks), arch(tg))
 	}
 	t.Logf("%s", bytes.TrimSpace(ver))

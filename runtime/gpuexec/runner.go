@@ -172,7 +172,7 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 func (r *Runner) bind() error {
 	p := r.p
 	tg := ptx.ForDevice(r.c.Device.Major, r.c.Device.Minor)
-	tg.WGMMA = useWGMMA(tg)
+	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
 	src, ks, tg, am, err := render(p, tg, dependentLaunch(tg))
 	if err != nil {
 		return err
@@ -355,11 +355,13 @@ func dependentLaunch(tg ptx.Target) bool {
 	return tg.SM >= 90 && cuda.CanLaunchDependent() && os.Getenv("JITLLM_DEPENDENT_LAUNCH") != "0"
 }
 
-// useWGMMA reports whether the prefill products run on sm_90a's warpgroup
-// MMA (ptx.Target.WGMMA): on sm_90 with JITLLM_WGMMA=1, until it has been
-// checked and timed on a device (it assembles; docs/gpu.md).
-func useWGMMA(tg ptx.Target) bool {
-	return tg.SM == 90 && os.Getenv("JITLLM_WGMMA") == "1"
+// useWGMMA says whether the prefill products run on sm_90a's warpgroup
+// MMA (ptx.Target.WGMMA) and with a stage's products in flight
+// (WGMMAOverlap): on sm_90 with JITLLM_WGMMA=1 (=2: overlapped), until it
+// has been checked and timed on a device (it assembles; docs/gpu.md).
+func useWGMMA(tg ptx.Target) (wgmma, overlap bool) {
+	v := os.Getenv("JITLLM_WGMMA")
+	return tg.SM == 90 && (v == "1" || v == "2"), v == "2"
 }
 
 // allowShared lets fn launch with n bytes of dynamic shared memory: past

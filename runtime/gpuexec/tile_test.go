@@ -30,7 +30,7 @@ func TestGPUMatMulTile(t *testing.T) {
 }
 
 // The prefill products on sm_90a's warpgroup MMA (ptx.Target.WGMMA, the
-// runner's with JITLLM_WGMMA=1) against the interpreter and MatMulTile as
+// runner's with JITLLM_WGMMA=1, and with WGMMAOverlap, =2) against the interpreter and MatMulTile as
 // TestGPUMatMulTile checks the mma.sync ones, and their times beside them.
 func TestGPUMatMulBlockWGMMA(t *testing.T) {
 	c, s := tensorCoreStream(t)
@@ -41,7 +41,10 @@ func TestGPUMatMulBlockWGMMA(t *testing.T) {
 	for _, sh := range prefillBlocks {
 		shapes = append(shapes, ops.MatMulBlock(sh, kernel.U16), ops.MatMulBlock(sh, kernel.F32))
 	}
-	checkProducts(t, c, s, ptx.Target{SM: 90, WGMMA: true}, shapes)
+	for _, overlap := range []bool{false, true} {
+		t.Logf("wgmma, a stage's products in flight: %v", overlap)
+		checkProducts(t, c, s, ptx.Target{SM: 90, WGMMA: true, WGMMAOverlap: overlap}, shapes)
+	}
 }
 
 // checkProducts renders DequantF16Q4_K and shapes (shapes[0] MatMulTile,

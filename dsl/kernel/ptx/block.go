@@ -216,15 +216,25 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	f.ins("bar.sync 0")
 	issue := f.reg(cPred)
 	f.ins("setp.lt.s64 %s, %s, %s", issue, ki, nk)
-	f.ins("@!%s bra %s", issue, noIssue)
-	for _, o := range ops {
-		f.blockCopy(o, wb, 0, nt)
+	copies := func() {
+		f.ins("@!%s bra %s", issue, noIssue)
+		for _, o := range ops {
+			f.blockCopy(o, wb, 0, nt)
+		}
+		f.place(noIssue)
+		f.ins("cp.async.commit_group")
 	}
-	f.place(noIssue)
-	f.ins("cp.async.commit_group")
-	if f.wgmma {
-		f.wgmmaProducts(acc, rbase, bm, bn)
-	} else {
+	switch {
+	case f.overlap:
+		// the stage refilled next is the one the products before these
+		// read: wait for those (one group left in flight), then copy
+		f.wgmmaProducts(acc, rbase, bm, bn, 1)
+		copies()
+	case f.wgmma:
+		copies()
+		f.wgmmaProducts(acc, rbase, bm, bn, 0)
+	default:
+		copies()
 		f.blockProducts(sh, acc, rbase, laneA, laneC)
 	}
 	if ops[0].f32 || ops[1].f32 {
@@ -242,6 +252,9 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 	f.ins("add.s64 %s, %s, 1", ki, ki)
 	f.ins("bra %s", top)
 	f.place(done)
+	if f.overlap {
+		f.ins("wgmma.wait_group.sync.aligned 0") // the last stage's products
+	}
 	f.ins("cp.async.wait_group 0")
 	f.ins("bar.sync 0") // the next grid iteration's copies may refill any stage
 	// this warp's first row and column of the sums
@@ -260,9 +273,9 @@ func (f *fn) blockStmt(s *kernel.Stmt) {
 
 // wgmmaProducts multiplies the stage at base into the sums with the
 // warpgroup's MMA: for each 16-wide k step, a 64-row half of a by all of
-// c's rows an instruction, then waits for them (the stage is refilled
-// next).
-func (f *fn) wgmmaProducts(acc tileRegs, base string, bm, bn int) {
+// c's rows an instruction, then waits until at most inFlight groups of
+// them are pending (0: these are done).
+func (f *fn) wgmmaProducts(acc tileRegs, base string, bm, bn, inFlight int) {
 	// descriptor: start address/16 in bits 0-13, the k neighbour's offset
 	// (LBO, one core matrix: 128 bytes)/16 at 16, the next 8-row group's
 	// (SBO)/16 at 32, no swizzle
@@ -289,7 +302,7 @@ func (f *fn) wgmmaProducts(acc tileRegs, base string, bm, bn int) {
 		}
 	}
 	f.ins("wgmma.commit_group.sync.aligned")
-	f.ins("wgmma.wait_group.sync.aligned 0")
+	f.ins("wgmma.wait_group.sync.aligned %d", inFlight)
 }
 
 // blockCTA reports whether a block statement of nt threads can render

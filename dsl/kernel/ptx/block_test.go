@@ -111,6 +111,18 @@ func TestBlockRendersWGMMA(t *testing.T) {
 			t.Errorf("no %q in the chunk offsets", want)
 		}
 	}
+	// with a stage's products in flight: wait for all but one group, the
+	// copies after them, and a last wait before the sums are stored
+	over, err := ptx.Render(kern, ptx.Target{SM: 90, WGMMA: true, WGMMAOverlap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := strings.Index(over, "wgmma.wait_group.sync.aligned 1"), strings.LastIndex(over, "cp.async.cg.shared.global"); a < 0 || b < a {
+		t.Errorf("overlap: the loop's copies (last at %d) do not follow the wait for all but one group (%d)", b, a)
+	}
+	if a, b := strings.Index(over, "wgmma.wait_group.sync.aligned 0"), strings.Index(over, "st.global.f32"); a < 0 || b < a {
+		t.Errorf("overlap: the sums are stored (%d) before the last wait (%d)", b, a)
+	}
 	if _, err := ptx.Render(blockKernel(k.BlockShape{WM: 2, WN: 4, M: 4, N: 4}, k.U16), tg); err == nil || !strings.Contains(err.Error(), "warpgroup") {
 		t.Errorf("8 warps on wgmma: %v", err)
 	}

@@ -41,6 +41,11 @@ type Target struct {
 	// instead of mma.sync; the module then targets sm_90a (PTX 8.0), which
 	// only sm_90 devices load.
 	WGMMA bool
+	// WGMMAOverlap (with WGMMA) keeps a stage's products in flight while
+	// the copies of the stage after next are issued (wgmma.wait_group 1,
+	// then the refill of the stage the products before it read), where
+	// plain WGMMA waits for each stage's products first.
+	WGMMAOverlap bool
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

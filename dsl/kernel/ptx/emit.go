@@ -86,12 +86,13 @@ type fn struct {
 	// cooperative loops (kernel.Stmt.Threads): the kernel's one width, this
 	// thread's index among the width (an Int register), the shfl member
 	// mask and the shared scratch of a CTA-wide tree
-	width int
-	lane  string
-	mask  string
-	red   string
-	smem  bool // the block products' stages are used (block.go)
-	wgmma bool // block products on warpgroup MMA (Target.WGMMA)
+	width   int
+	lane    string
+	mask    string
+	red     string
+	smem    bool // the block products' stages are used (block.go)
+	wgmma   bool // block products on warpgroup MMA (Target.WGMMA)
+	overlap bool // and one stage's products in flight (Target.WGMMAOverlap)
 
 	dependent bool // rendered for programmatic dependent launch (prefetch.go)
 	waited    bool // its wait is rendered
@@ -157,7 +158,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	}
 	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
 		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
-		dependent: t.Dependent != nil && t.Dependent(k), wgmma: t.WGMMA}
+		dependent: t.Dependent != nil && t.Dependent(k), wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
 	if f.dependent && t.SM < 90 {
 		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", lk.Name, t.SM)
 	}
