@@ -177,7 +177,15 @@ func (r *Runner) bind() error {
 	if err != nil {
 		return err
 	}
-	if r.mod, err = r.c.LoadPTX(src); err != nil {
+	if r.mod, err = r.c.LoadPTX(src); err != nil && tg.WGMMA {
+		// a driver that does not take sm_90a's PTX: the products on mma.sync
+		tg.WGMMA, tg.WGMMAOverlap = false, false
+		if src, ks, tg, am, err = render(p, tg, dependentLaunch(tg)); err != nil {
+			return err
+		}
+		r.mod, err = r.c.LoadPTX(src)
+	}
+	if err != nil {
 		return err
 	}
 	fns := map[*kernel.Kernel]*cuda.Function{}
