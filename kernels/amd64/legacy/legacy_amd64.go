@@ -67,6 +67,7 @@ type spec struct {
 var specs = []spec{
 	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 10, 32, 34, 34, q80AVX2Dot, q80AVX2Tile2x2, 2, 2, nil},
 	{"DotQ8_0AVX2", quant.Q8_0, isaAVX2, 9, 32, 34, 34, q80AVX2Dot, q80AVX2Tile4x1, 4, 1, nil},
+	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 31, 32, 34, 34, q80VNNIDot, q80VNNITile8x4, 8, 4, nil},
 	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 30, 32, 34, 34, q80VNNIDot, q80VNNITile4x4, 4, 4, nil},
 	{"DotQ8_0AVX2", quant.Q8_0, isaVNNI, 29, 32, 34, 34, q80VNNIDot, q80VNNITile4x1, 4, 1, q80VNNIRows},
 	{"DotQ8_0AVX2", quant.Q8_0, isaAVXVNNI, 15, 32, 34, 34, q80AVXVNNIDot, q80AVXVNNITile2x2, 2, 2, nil},

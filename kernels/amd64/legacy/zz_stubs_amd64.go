@@ -59,6 +59,11 @@ func q80VNNIDot(nb int, w *byte, x *byte) float32
 //go:noescape
 func q80VNNITile4x4(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
 
+// q80VNNITile8x4 is 8 weight rows × 4 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI), two outputs a zmm.
+//
+//go:noescape
+func q80VNNITile8x4(nb int, w *byte, wstride int, x *byte, xstride int, out *float32, ostride int)
+
 // q80VNNITile4x1 is 4 weight rows × 1 Q8_0 rows of nb blocks (Q8_0 weights, DotQ8_0AVX2 order, AVX-512 VNNI).
 //
 //go:noescape
