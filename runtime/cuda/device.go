@@ -90,7 +90,7 @@ type Context struct {
 // returned function when the driver call is done.
 func (c *Context) enter() func() {
 	runtime.LockOSThread()
-	api.cuCtxSetCurrent(c.ctx)
+	ccall(hot.cuCtxSetCurrent, 1, [11]uintptr{c.ctx})
 	return runtime.UnlockOSThread
 }
 
@@ -196,7 +196,9 @@ func (b Buffer) UploadAsync(src []byte, s *Stream) error {
 		return nil
 	}
 	defer b.c.enter()()
-	return check("cuMemcpyHtoDAsync", api.cuMemcpyHtoDAsync(b.Ptr, unsafe.Pointer(&src[0]), uint64(len(src)), s.s))
+	r := ccall(hot.cuMemcpyHtoDAsync, 4, [11]uintptr{uintptr(b.Ptr), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.s})
+	runtime.KeepAlive(src)
+	return check("cuMemcpyHtoDAsync", r)
 }
 
 // DownloadAsync copies the start of b to host bytes in stream order, after
@@ -211,7 +213,9 @@ func (b Buffer) DownloadAsync(dst []byte, s *Stream) error {
 		return nil
 	}
 	defer b.c.enter()()
-	return check("cuMemcpyDtoHAsync", api.cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), b.Ptr, uint64(len(dst)), s.s))
+	r := ccall(hot.cuMemcpyDtoHAsync, 4, [11]uintptr{uintptr(unsafe.Pointer(&dst[0])), uintptr(b.Ptr), uintptr(len(dst)), s.s})
+	runtime.KeepAlive(dst)
+	return check("cuMemcpyDtoHAsync", r)
 }
 
 // Zero sets the buffer to zero bytes.
@@ -234,9 +238,9 @@ func (b Buffer) CopyAsync(src Buffer, n uint64, s *Stream) error {
 	}
 	defer s.c.enter()()
 	if b.c.ctx == src.c.ctx {
-		return check("cuMemcpyDtoDAsync", api.cuMemcpyDtoDAsync(b.Ptr, src.Ptr, n, s.s))
+		return check("cuMemcpyDtoDAsync", ccall(hot.cuMemcpyDtoDAsync, 4, [11]uintptr{uintptr(b.Ptr), uintptr(src.Ptr), uintptr(n), s.s}))
 	}
-	return check("cuMemcpyPeerAsync", api.cuMemcpyPeerAsync(b.Ptr, b.c.ctx, src.Ptr, src.c.ctx, n, s.s))
+	return check("cuMemcpyPeerAsync", ccall(hot.cuMemcpyPeerAsync, 6, [11]uintptr{uintptr(b.Ptr), b.c.ctx, uintptr(src.Ptr), src.c.ctx, uintptr(n), s.s}))
 }
 
 // EnablePeerAccess lets c read and write peer's memory directly where the

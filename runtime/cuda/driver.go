@@ -28,7 +28,6 @@ var api struct {
 	cuDeviceTotalMem          func(bytes *uint64, d int32) Result
 	cuDevicePrimaryCtxRetain  func(ctx *uintptr, d int32) Result
 	cuDevicePrimaryCtxRelease func(d int32) Result
-	cuCtxSetCurrent           func(ctx uintptr) Result
 	cuCtxSynchronize          func() Result
 	cuMemGetInfo              func(free, total *uint64) Result
 	cuMemAlloc                func(p *uint64, bytes uint64) Result
@@ -38,44 +37,86 @@ var api struct {
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, bytes uint64) Result
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, bytes uint64) Result
 	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) Result
-	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, bytes uint64, s uintptr) Result
-	cuMemcpyDtoHAsync         func(dst unsafe.Pointer, src uint64, bytes uint64, s uintptr) Result
 	cuMemsetD8                func(p uint64, v uint8, n uint64) Result
-	cuMemcpyDtoDAsync         func(dst, src uint64, bytes uint64, s uintptr) Result
-	cuMemcpyPeerAsync         func(dst uint64, dstCtx uintptr, src uint64, srcCtx uintptr, bytes uint64, s uintptr) Result
 	cuDeviceCanAccessPeer     func(can *int32, dev, peer int32) Result
 	cuCtxEnablePeerAccess     func(peer uintptr, flags uint32) Result
 	cuModuleLoadDataEx        func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
 	cuModuleUnload            func(m uintptr) Result
 	cuModuleGetFunction       func(f *uintptr, m uintptr, name *byte) Result
 	cuFuncSetAttribute        func(f uintptr, attr int32, v int32) Result
-	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
 	cuStreamCreate            func(s *uintptr, flags uint32) Result
 	cuStreamDestroy           func(s uintptr) Result
-	cuStreamSynchronize       func(s uintptr) Result
 	cuStreamBeginCapture      func(s uintptr, mode int32) Result
 	cuStreamEndCapture        func(s uintptr, g *uintptr) Result
 	cuGraphInstantiate        func(e *uintptr, g uintptr, flags uint64) Result
-	cuGraphLaunch             func(e uintptr, s uintptr) Result
 	cuGraphExecDestroy        func(e uintptr) Result
 	cuGraphDestroy            func(g uintptr) Result
 	cuEventCreate             func(e *uintptr, flags uint32) Result
-	cuEventRecord             func(e uintptr, s uintptr) Result
 	cuEventSynchronize        func(e uintptr) Result
 	cuEventElapsedTime        func(ms *float32, start, end uintptr) Result
 	cuEventDestroy            func(e uintptr) Result
 	cuGetErrorName            func(r Result, s **byte) Result
 	cuGetErrorString          func(r Result, s **byte) Result
-	// optional (nil where the driver predates it: CUDA 11.8)
-	cuLaunchKernelEx func(config *launchConfig, f uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
 }
 
-// optionalSymbols are entry points jitllm uses where the driver has them.
-var optionalSymbols = []struct {
-	fn   any
-	name string
+// hot holds the addresses of the entry points a decode step calls, called
+// through ccall rather than RegisterFunc'd: purego's RegisterFunc wrappers
+// allocate (three small objects a call in 0.11), and a warm decode step
+// must allocate nothing on the Go heap (TestHotCallsAllocateNothing).
+var hot struct {
+	cuCtxSetCurrent, cuStreamSynchronize, cuGraphLaunch, cuEventRecord         uintptr
+	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemcpyPeerAsync uintptr
+	cuLaunchKernel                                                             uintptr
+	cuLaunchKernelEx                                                           uintptr // optional: 0 where the driver predates it (CUDA 11.8)
+}
+
+// hotSymbols maps hot's entries to the versioned names the driver exports;
+// optional ones may be missing.
+var hotSymbols = []struct {
+	p        *uintptr
+	name     string
+	optional bool
 }{
-	{&api.cuLaunchKernelEx, "cuLaunchKernelEx"},
+	{&hot.cuCtxSetCurrent, "cuCtxSetCurrent", false},
+	{&hot.cuStreamSynchronize, "cuStreamSynchronize", false},
+	{&hot.cuGraphLaunch, "cuGraphLaunch", false},
+	{&hot.cuEventRecord, "cuEventRecord", false},
+	{&hot.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", false},
+	{&hot.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", false},
+	{&hot.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", false},
+	{&hot.cuMemcpyPeerAsync, "cuMemcpyPeerAsync", false},
+	{&hot.cuLaunchKernel, "cuLaunchKernel", false},
+	{&hot.cuLaunchKernelEx, "cuLaunchKernelEx", true},
+}
+
+// EntryPoints are the names of every driver entry point jitllm binds (the
+// optional ones included), as the driver exports them.
+func EntryPoints() []string {
+	var out []string
+	for _, s := range symbols {
+		out = append(out, s.name)
+	}
+	for _, s := range hotSymbols {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+// ccallArgs are argument arrays for ccall, reused: the variadic slice of
+// purego.SyscallN escapes, so one from the caller's frame would be a heap
+// allocation a call.
+var ccallArgs = sync.Pool{New: func() any { return new([11]uintptr) }}
+
+// ccall calls the C function at fn with a[:n] (integers and pointers, as
+// the driver API's hot entry points take) and returns its CUresult. A
+// pointer among them must stay reachable until it returns (callers keep
+// it alive).
+func ccall(fn uintptr, n int, a [11]uintptr) Result {
+	b := ccallArgs.Get().(*[11]uintptr)
+	*b = a
+	r, _, _ := purego.SyscallN(fn, b[:n]...)
+	ccallArgs.Put(b)
+	return Result(int32(r))
 }
 
 // symbols maps each entry point to the versioned name the driver exports.
@@ -92,7 +133,6 @@ var symbols = []struct {
 	{&api.cuDeviceTotalMem, "cuDeviceTotalMem_v2"},
 	{&api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"},
 	{&api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"},
-	{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
 	{&api.cuCtxSynchronize, "cuCtxSynchronize"},
 	{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 	{&api.cuMemAlloc, "cuMemAlloc_v2"},
@@ -102,29 +142,21 @@ var symbols = []struct {
 	{&api.cuMemcpyHtoD, "cuMemcpyHtoD_v2"},
 	{&api.cuMemcpyDtoH, "cuMemcpyDtoH_v2"},
 	{&api.cuMemcpyDtoD, "cuMemcpyDtoD_v2"},
-	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
-	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
-	{&api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
-	{&api.cuMemcpyPeerAsync, "cuMemcpyPeerAsync"},
 	{&api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer"},
 	{&api.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess"},
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
 	{&api.cuFuncSetAttribute, "cuFuncSetAttribute"},
-	{&api.cuLaunchKernel, "cuLaunchKernel"},
 	{&api.cuStreamCreate, "cuStreamCreate"},
 	{&api.cuStreamDestroy, "cuStreamDestroy_v2"},
-	{&api.cuStreamSynchronize, "cuStreamSynchronize"},
 	{&api.cuStreamBeginCapture, "cuStreamBeginCapture_v2"},
 	{&api.cuStreamEndCapture, "cuStreamEndCapture"},
 	{&api.cuGraphInstantiate, "cuGraphInstantiateWithFlags"},
-	{&api.cuGraphLaunch, "cuGraphLaunch"},
 	{&api.cuGraphExecDestroy, "cuGraphExecDestroy"},
 	{&api.cuGraphDestroy, "cuGraphDestroy"},
 	{&api.cuEventCreate, "cuEventCreate"},
-	{&api.cuEventRecord, "cuEventRecord"},
 	{&api.cuEventSynchronize, "cuEventSynchronize"},
 	{&api.cuEventElapsedTime, "cuEventElapsedTime_v2"},
 	{&api.cuEventDestroy, "cuEventDestroy_v2"},
@@ -191,9 +223,13 @@ func load(names []string) error {
 		}
 		purego.RegisterFunc(s.fn, sym)
 	}
-	for _, s := range optionalSymbols {
-		if sym, err := purego.Dlsym(lib, s.name); err == nil {
-			purego.RegisterFunc(s.fn, sym)
+	for _, s := range hotSymbols {
+		sym, err := purego.Dlsym(lib, s.name)
+		switch {
+		case err == nil:
+			*s.p = sym
+		case !s.optional:
+			return fmt.Errorf("%w (it lacks %s: %v)", ErrOldDriver, s.name, err)
 		}
 	}
 	if r := api.cuInit(0); r != 0 {

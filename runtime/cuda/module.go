@@ -129,7 +129,7 @@ const attrProgrammaticSerialization = 6
 // CanLaunchDependent reports whether the driver launches kernels early
 // after the one before them (programmatic dependent launch, sm_90 on):
 // it exports cuLaunchKernelEx.
-func CanLaunchDependent() bool { return api.cuLaunchKernelEx != nil }
+func CanLaunchDependent() bool { return hot.cuLaunchKernelEx != 0 }
 
 // LaunchDependent is Launch with programmatic stream serialization: f may
 // start while the kernel before it on s still runs, up to its first
@@ -137,7 +137,7 @@ func CanLaunchDependent() bool { return api.cuLaunchKernelEx != nil }
 // griddepcontrol.launch_dependents (or exited). Captured into a graph, it
 // becomes a programmatic edge.
 func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
-	if api.cuLaunchKernelEx == nil {
+	if hot.cuLaunchKernelEx == 0 {
 		return fmt.Errorf("launching %s: %w (no cuLaunchKernelEx)", f.Name, ErrOldDriver)
 	}
 	if f.dep == nil {
@@ -150,7 +150,8 @@ func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a
 	cfg.stream, params = launchOperands(s, a)
 	cfg.grid, cfg.block, cfg.shared = grid, block, shared
 	defer f.c.enter()()
-	r := api.cuLaunchKernelEx(cfg, f.f, params, nil)
+	r := ccall(hot.cuLaunchKernelEx, 4, [11]uintptr{uintptr(unsafe.Pointer(cfg)), f.f, uintptr(params)})
+	runtime.KeepAlive(a)
 	if r != 0 {
 		return fmt.Errorf("launching %s: %w", f.Name, r)
 	}
@@ -174,7 +175,9 @@ func launchOperands(s *Stream, a *Args) (uintptr, unsafe.Pointer) {
 func (f *Function) Launch(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
 	sp, params := launchOperands(s, a)
 	defer f.c.enter()()
-	r := api.cuLaunchKernel(f.f, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, shared, sp, params, nil)
+	r := ccall(hot.cuLaunchKernel, 11, [11]uintptr{f.f, uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
+		uintptr(block.X), uintptr(block.Y), uintptr(block.Z), uintptr(shared), sp, uintptr(params)})
+	runtime.KeepAlive(a)
 	if r != 0 {
 		return fmt.Errorf("launching %s: %w", f.Name, r)
 	}

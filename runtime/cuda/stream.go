@@ -18,7 +18,7 @@ func (c *Context) NewStream() (*Stream, error) {
 
 // Synchronize waits for the stream's work.
 func (s *Stream) Synchronize() error {
-	return check("cuStreamSynchronize", api.cuStreamSynchronize(s.s))
+	return check("cuStreamSynchronize", ccall(hot.cuStreamSynchronize, 1, [11]uintptr{s.s}))
 }
 
 // Destroy frees the stream.
@@ -61,7 +61,7 @@ func (s *Stream) Capture(fn func() error) (*Graph, error) {
 
 // Launch replays the graph on s.
 func (g *Graph) Launch(s *Stream) error {
-	return check("cuGraphLaunch", api.cuGraphLaunch(g.exec, s.s))
+	return check("cuGraphLaunch", ccall(hot.cuGraphLaunch, 2, [11]uintptr{g.exec, s.s}))
 }
 
 // Destroy frees the graph.
@@ -94,7 +94,7 @@ func (e *Event) Record(s *Stream) error {
 		sp = s.s
 	}
 	defer e.c.enter()()
-	return check("cuEventRecord", api.cuEventRecord(e.e, sp))
+	return check("cuEventRecord", ccall(hot.cuEventRecord, 2, [11]uintptr{e.e, sp}))
 }
 
 // Synchronize waits for the event.
