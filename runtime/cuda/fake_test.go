@@ -1,9 +1,6 @@
 package cuda_test
 
 import (
-	"errors"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/jitllm/jitllm/runtime/cuda"
@@ -16,28 +13,10 @@ import (
 // purego's RegisterFunc wrappers. Checked against the stand-in driver
 // (cudatest), in a child process.
 func TestHotCallsAllocateNothing(t *testing.T) {
-	if lib := os.Getenv(cudatest.Env); lib != "" {
-		hotCallsAllocs(t, lib)
-		return
-	}
-	out, ok, err := cudatest.Child(t.TempDir(), "TestHotCallsAllocateNothing")
-	if errors.Is(err, cudatest.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil || !ok {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "allocations") {
-			t.Log(strings.TrimSpace(l))
-		}
-	}
+	cudatest.Run(t, "TestHotCallsAllocateNothing", "allocations", hotCallsAllocs)
 }
 
-func hotCallsAllocs(t *testing.T, lib string) {
-	if err := cuda.LoadLibrary(lib); err != nil {
-		t.Fatal(err)
-	}
+func hotCallsAllocs(t *testing.T) {
 	c, err := cuda.Open(0)
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,8 @@
 package gpuexec
 
 import (
-	"errors"
-	"os"
-	"strings"
 	"testing"
 
-	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/cuda/cudatest"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/tune"
@@ -19,30 +15,14 @@ import (
 // nothing), in a child process, so the Go side of a step is measured
 // without a GPU; TestGPUDecodeAllocs measures it on one.
 func TestDecodeAllocsStandIn(t *testing.T) {
-	if lib := os.Getenv(cudatest.Env); lib != "" {
-		if err := cuda.LoadLibrary(lib); err != nil {
-			t.Fatal(err)
-		}
+	cudatest.Run(t, "TestDecodeAllocsStandIn", "allocations a step", func(t *testing.T) {
 		decodeAllocs(t, func(graphs bool, what string, n float64) {
 			t.Logf("%s (graphs %v): %.1f allocations a step", what, graphs, n)
 			if n != 0 {
 				t.Errorf("%s (graphs %v) allocates %.1f a step", what, graphs, n)
 			}
 		})
-		return
-	}
-	out, ok, err := cudatest.Child(t.TempDir(), "TestDecodeAllocsStandIn")
-	if errors.Is(err, cudatest.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil || !ok {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "allocations a step") {
-			t.Log(strings.TrimSpace(l))
-		}
-	}
+	})
 }
 
 // decodeAllocs measures a warm decode step's Go heap allocations on the

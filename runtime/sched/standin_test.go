@@ -1,12 +1,8 @@
 package sched
 
 import (
-	"errors"
-	"os"
-	"strings"
 	"testing"
 
-	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/cuda/cudatest"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/tune"
@@ -20,25 +16,7 @@ import (
 // hand-offs, the allocations); TestGPUDeviceLinksMatchHostLinks checks
 // the values on a GPU.
 func TestStagesStandIn(t *testing.T) {
-	if lib := os.Getenv(cudatest.Env); lib != "" {
-		if err := cuda.LoadLibrary(lib); err != nil {
-			t.Fatal(err)
-		}
-		standInStages(t)
-		return
-	}
-	out, ok, err := cudatest.Child(t.TempDir(), "TestStagesStandIn")
-	if errors.Is(err, cudatest.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil || !ok {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "standin_test.go") {
-			t.Log(strings.TrimSpace(l))
-		}
-	}
+	cudatest.Run(t, "TestStagesStandIn", "standin_test.go", standInStages)
 }
 
 func standInStages(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 
 	"github.com/jitllm/jitllm/runtime/cuda"
 )
@@ -92,4 +93,32 @@ func Child(dir, name string) (string, bool, error) {
 	cmd.Env = append(os.Environ(), Env+"="+lib)
 	out, err := cmd.CombinedOutput()
 	return string(out), err == nil && strings.Contains(string(out), "--- PASS: "+name), nil
+}
+
+// Run runs body against the stand-in driver: in the child process Child
+// starts (Env set) it loads the stand-in and runs body; in the test's own
+// process it builds the stand-in, runs the test named name in a child,
+// skips where there is no C compiler, fails with the child's output where
+// the child failed, and logs the child's lines that hold mark.
+func Run(t *testing.T, name, mark string, body func(t *testing.T)) {
+	t.Helper()
+	if lib := os.Getenv(Env); lib != "" {
+		if err := cuda.LoadLibrary(lib); err != nil {
+			t.Fatal(err)
+		}
+		body(t)
+		return
+	}
+	out, ok, err := Child(t.TempDir(), name)
+	if errors.Is(err, ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil || !ok {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, mark) {
+			t.Log(strings.TrimSpace(l))
+		}
+	}
 }

@@ -467,42 +467,12 @@ func q80WideTile(name string) {
 			VPXORD(acc(i, p), acc(i, p), acc(i, p))
 		}
 	}
-	wq, dw := [2]VecPhysical{Z16, Z17}, [2]VecPhysical{Z20, Z21}
-	ya, corr, dx, t, d, c1 := Z24, Z25, Z26, Z27, Z28, Z29
-	bcast32(0x80808080, c1, X29)
+	bcast32(0x80808080, Z29, X29)
 	loop, done := name+"_loop", name+"_done"
 	TESTQ(RCX, RCX)
 	JZ(LabelRef(done))
 	Label(loop)
-	for p := 0; p < 2; p++ {
-		lo, hi := wp[2*p], wp[2*p+1]
-		// the two rows' f16 scales, 8 copies each, widened to 16 lanes
-		VPBROADCASTW(m(lo, woff, 0), xr[dw[p].PhysicalIndex()])
-		VPBROADCASTW(m(hi, woff, 0), X30)
-		VINSERTI32X4(U8(1), X30, yr[dw[p].PhysicalIndex()], yr[dw[p].PhysicalIndex()])
-		VCVTPH2PS(yr[dw[p].PhysicalIndex()], dw[p])
-		// their quants, +128 as unsigned bytes
-		VMOVDQU32(m(lo, woff, 2), yr[wq[p].PhysicalIndex()])
-		VINSERTI64X4(U8(1), m(hi, woff, 2), wq[p], wq[p])
-		VPXORD(c1, wq[p], wq[p])
-	}
-	for i := 0; i < X; i++ {
-		VPBROADCASTW(m(xp[i], xoff, 0), yr[dx.PhysicalIndex()])
-		VCVTPH2PS(yr[dx.PhysicalIndex()], dx)
-		VBROADCASTI64X4(m(xp[i], xoff, 2), ya)
-		// corr = -(128·Σ4 y)
-		VPXORD(corr, corr, corr)
-		VPDPBUSD(ya, c1, corr)
-		VPXORD(t, t, t)
-		VPSUBD(corr, t, corr)
-		for p := 0; p < 2; p++ {
-			VMOVDQA64(corr, t)
-			VPDPBUSD(ya, wq[p], t)
-			VCVTDQ2PS(t, t)
-			VMULPS(dx, dw[p], d)
-			VFMADD231PS(t, d, acc(i, p))
-		}
-	}
+	q80WideBlock(wp, xp, woff, xoff, acc)
 	ADDQ(U32(wb), woff)
 	ADDQ(U32(wb), xoff)
 	DECQ(RCX)
@@ -522,6 +492,45 @@ func q80WideTile(name string) {
 	RET()
 }
 
+// q80WideBlock emits one block of a wide Q8_0 tile of len(wp) weight rows
+// (4 or 8) × len(xp) activation rows at the offsets woff, xoff: each pair
+// of weight rows' f16 scales (8 copies each, widened to 16 lanes) and
+// quants (+128 as unsigned bytes) side by side in Z20.. and Z16.., then
+// each activation row's scale, quants in both halves and bias correction
+// against every pair, into acc(i, p). The bias constant is in Z29.
+func q80WideBlock(wp, xp []GPPhysical, woff, xoff GPPhysical, acc func(i, p int) VecPhysical) {
+	ya, corr, dx, t, d, c1 := Z24, Z25, Z26, Z27, Z28, Z29
+	P := len(wp) / 2
+	wq, dw := zr[16:16+P], zr[20:20+P]
+	for p := 0; p < P; p++ {
+		lo, hi := wp[2*p], wp[2*p+1]
+		VPBROADCASTW(m(lo, woff, 0), xr[dw[p].PhysicalIndex()])
+		VPBROADCASTW(m(hi, woff, 0), X30)
+		VINSERTI32X4(U8(1), X30, yr[dw[p].PhysicalIndex()], yr[dw[p].PhysicalIndex()])
+		VCVTPH2PS(yr[dw[p].PhysicalIndex()], dw[p])
+		VMOVDQU32(m(lo, woff, 2), yr[wq[p].PhysicalIndex()])
+		VINSERTI64X4(U8(1), m(hi, woff, 2), wq[p], wq[p])
+		VPXORD(c1, wq[p], wq[p])
+	}
+	for i := range xp {
+		VPBROADCASTW(m(xp[i], xoff, 0), yr[dx.PhysicalIndex()])
+		VCVTPH2PS(yr[dx.PhysicalIndex()], dx)
+		VBROADCASTI64X4(m(xp[i], xoff, 2), ya)
+		// corr = -(128·Σ4 y)
+		VPXORD(corr, corr, corr)
+		VPDPBUSD(ya, c1, corr)
+		VPXORD(t, t, t)
+		VPSUBD(corr, t, corr)
+		for p := 0; p < P; p++ {
+			VMOVDQA64(corr, t)
+			VPDPBUSD(ya, wq[p], t)
+			VCVTDQ2PS(t, t)
+			VMULPS(dx, dw[p], d)
+			VFMADD231PS(t, d, acc(i, p))
+		}
+	}
+}
+
 // q80WideTile8x4 is q80WideTile over 8 weight rows: each activation row's
 // preparation (its scale, its quants in both halves, the bias correction:
 // seven instructions) serves eight outputs instead of four, so a block
@@ -539,8 +548,7 @@ func q80WideTile8x4(name string) {
 	xp := []GPPhysical{RDI, RAX, RBX, RDX}
 	off := RCX
 	left := AllocLocal(8)
-	ya, corr, dx, t, d, c1 := Z24, Z25, Z26, Z27, Z28, Z29
-	bcast32(0x80808080, c1, X29) // through EAX: before the row pointers
+	bcast32(0x80808080, Z29, X29) // through EAX: before the row pointers
 	Load(Param("nb"), off)
 	MOVQ(off, left)
 	rowPointers("w", "wstride", wp, off)
@@ -552,38 +560,11 @@ func q80WideTile8x4(name string) {
 			VPXORD(acc(i, p), acc(i, p), acc(i, p))
 		}
 	}
-	wq, dw := [4]VecPhysical{Z16, Z17, Z18, Z19}, [4]VecPhysical{Z20, Z21, Z22, Z23}
 	loop, done := name+"_loop", name+"_done"
 	CMPQ(left, U8(0))
 	JE(LabelRef(done))
 	Label(loop)
-	for p := 0; p < W/2; p++ {
-		lo, hi := wp[2*p], wp[2*p+1]
-		VPBROADCASTW(m(lo, off, 0), xr[dw[p].PhysicalIndex()])
-		VPBROADCASTW(m(hi, off, 0), X30)
-		VINSERTI32X4(U8(1), X30, yr[dw[p].PhysicalIndex()], yr[dw[p].PhysicalIndex()])
-		VCVTPH2PS(yr[dw[p].PhysicalIndex()], dw[p])
-		VMOVDQU32(m(lo, off, 2), yr[wq[p].PhysicalIndex()])
-		VINSERTI64X4(U8(1), m(hi, off, 2), wq[p], wq[p])
-		VPXORD(c1, wq[p], wq[p])
-	}
-	for i := 0; i < X; i++ {
-		VPBROADCASTW(m(xp[i], off, 0), yr[dx.PhysicalIndex()])
-		VCVTPH2PS(yr[dx.PhysicalIndex()], dx)
-		VBROADCASTI64X4(m(xp[i], off, 2), ya)
-		// corr = -(128·Σ4 y)
-		VPXORD(corr, corr, corr)
-		VPDPBUSD(ya, c1, corr)
-		VPXORD(t, t, t)
-		VPSUBD(corr, t, corr)
-		for p := 0; p < W/2; p++ {
-			VMOVDQA64(corr, t)
-			VPDPBUSD(ya, wq[p], t)
-			VCVTDQ2PS(t, t)
-			VMULPS(dx, dw[p], d)
-			VFMADD231PS(t, d, acc(i, p))
-		}
-	}
+	q80WideBlock(wp, xp, off, off, acc)
 	ADDQ(U32(wb), off)
 	DECQ(left)
 	JNZ(LabelRef(loop))
