@@ -51,3 +51,33 @@ func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64))
 		}
 	}
 }
+
+// Against the stand-in driver: a runner that tunes its decode mat-vecs on
+// first use (the timer's pool, launches and events) and reads the cache the
+// next time, and runners with the prefill products on wgmma (both forms),
+// plan, bind and step a prompt and a token without error. The Go side
+// only: the stand-in computes nothing and times everything alike.
+func TestRunnerPathsStandIn(t *testing.T) {
+	cudatest.Run(t, "TestRunnerPathsStandIn", "standin_test.go", func(t *testing.T) {
+		m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+		dir := t.TempDir()
+		for i := range 2 {
+			g := gpuRunner(t, m, exec.Options{Context: 256, Tune: tune.Quick, TuneDir: dir})
+			if _, err := g.Forward(prompt); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("tuned runner %d: %d decode kernels", i, len(g.calls))
+		}
+		for _, w := range []string{"1", "2"} {
+			t.Setenv("JITLLM_WGMMA", w)
+			g := gpuRunner(t, m, exec.Options{Context: 256, Tune: tune.Off})
+			if _, err := g.Forward(prompt); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Forward([]int32{5}); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("JITLLM_WGMMA=%s: prompt and a token stepped", w)
+		}
+	})
+}
