@@ -18,7 +18,8 @@ import (
 // it parks: a decode step is hundreds of jobs of tens of microseconds, and
 // waking a parked goroutine (a futex wake of an idle thread, slower still
 // on a VM) takes longer than that, so the caller would run most tasks
-// alone (BenchmarkPoolJob).
+// alone (BenchmarkPoolJob). A watch that lasts past politeAfter offers the
+// core to other threads at each look, so a busy machine loses nothing to it.
 type Pool struct {
 	n    int
 	wake []chan struct{} // one per worker goroutine (worker 0 is the caller)
