@@ -165,7 +165,7 @@ var symbols = []struct {
 }
 
 // LibraryNames are tried in order when loading the driver.
-var LibraryNames = []string{"libcuda.so.1", "libcuda.so"}
+var LibraryNames = libraryNames
 
 // ErrNoDriver says the CUDA driver library could not be loaded.
 var ErrNoDriver = errors.New("no CUDA driver found: install the NVIDIA driver; jitllm needs only libcuda.so.1")
@@ -209,7 +209,7 @@ func load(names []string) error {
 	var lib uintptr
 	var err error
 	for _, name := range names {
-		if lib, err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+		if lib, err = openLibrary(name); err == nil {
 			break
 		}
 	}
@@ -217,14 +217,14 @@ func load(names []string) error {
 		return fmt.Errorf("%w (%v)", ErrNoDriver, err)
 	}
 	for _, s := range symbols {
-		sym, err := purego.Dlsym(lib, s.name)
+		sym, err := symbol(lib, s.name)
 		if err != nil {
 			return fmt.Errorf("%w (it lacks %s: %v)", ErrOldDriver, s.name, err)
 		}
 		purego.RegisterFunc(s.fn, sym)
 	}
 	for _, s := range hotSymbols {
-		sym, err := purego.Dlsym(lib, s.name)
+		sym, err := symbol(lib, s.name)
 		switch {
 		case err == nil:
 			*s.p = sym
