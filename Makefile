@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test test-cross demo generate check-generated vet fuzz bench-convert
+.PHONY: all build build-cross test test-cross demo generate check-generated vet fuzz bench-convert
 
 all: build
 
@@ -15,9 +15,15 @@ demo: build
 # Everything CI runs: formatting, vet, generated files current, tests.
 # ptxas (scripts/get-ptxas.sh) lets TestKernelsAssemble assemble the CUDA
 # runner's PTX; without it that test skips.
-test: vet check-generated
+test: vet check-generated build-cross
 	d=$$(./scripts/get-ptxas.sh) && PATH="$$d:$$PATH"; export PATH; $(GO) test -count=1 ./...
 	./scripts/test-cross.sh
+
+# Every package builds for the other targets a release ships (no cgo).
+build-cross:
+	for t in linux/arm64 darwin/arm64 windows/amd64; do \
+		GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) build ./... || exit 1; \
+	done
 
 # The exactness tests on arm64 (qemu-user) and GOAMD64=v3, where Go may fuse FMAs.
 test-cross:
