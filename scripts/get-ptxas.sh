@@ -18,7 +18,8 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
 echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" >"$work/sources.list"
 apt=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-	-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
+	-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root
+	-o Acquire::http::Timeout=30 -o Acquire::Retries=1)
 apt-get "${apt[@]}" -q update >/dev/null
 (cd "$work" && apt-get "${apt[@]}" -q download nvidia-cuda-toolkit >/dev/null)
 dpkg-deb -x "$work"/nvidia-cuda-toolkit_*.deb "$work/x"
