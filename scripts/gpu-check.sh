@@ -16,11 +16,11 @@ case "$cmd" in
 build)
 	mkdir -p "$bin"
 	for p in cuda gpuexec sched; do
-		CGO_ENABLED=0 go test -c -o "$bin/$p.test" "./runtime/$p"
+		CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/$p.test" "./runtime/$p"
 	done
 	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$bin/jitllm" ./cmd/jitllm
 	rm -f "$bin"/*.xz
-	xz -T0 -6 "$bin"/*.test "$bin/jitllm"
+	xz -T0 -9 "$bin"/*.test "$bin/jitllm"
 	ls -l "$bin"
 	;;
 run)
