@@ -39,14 +39,6 @@ func (r *Runner) RowsBuffer(rows int) (cuda.Buffer, error) {
 	return b, nil
 }
 
-// OutputWidth is the values of one output row of a hidden stage (0 for a
-// stage that ends in logits).
-func (r *Runner) OutputWidth() int {
-	if !r.p.hidden {
-		return 0
-	}
-	return r.p.vocab
-}
 
 // MaxRows is the most rows one StageStep carries: the prefill step's rows
 // (1 with LogitsAll).
