@@ -39,7 +39,6 @@ func (r *Runner) RowsBuffer(rows int) (cuda.Buffer, error) {
 	return b, nil
 }
 
-
 // MaxRows is the most rows one StageStep carries: the prefill step's rows
 // (1 with LogitsAll).
 func (r *Runner) MaxRows() int { return r.p.rows }
