@@ -1,6 +1,7 @@
 package ops_test
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -343,6 +344,32 @@ func TestRopeKVStoreNorm(t *testing.T) {
 		}
 		if wantK[pos*len(kx)] == 0 && wantK[pos*len(kx)+1] == 0 {
 			t.Fatal("nothing cached at the position")
+		}
+	}
+}
+
+// ReadStream sums each piece's words, wrapping, and leaves the bytes past
+// the last whole piece unread.
+func TestReadStream(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, c := range []struct{ n, pieces int }{{16, 1}, {4096, 4}, {5000, 3}, {1 << 16, 7}} {
+		w := make([]byte, c.n)
+		for i := range w {
+			w[i] = byte(r.Uint32())
+		}
+		y := make([]uint32, c.pieces)
+		if err := k.Run(ops.ReadStream(), w, y); err != nil {
+			t.Fatal(err)
+		}
+		piece := c.n / c.pieces / 16 * 16
+		for p := range y {
+			var want uint32
+			for i := p * piece; i < (p+1)*piece; i += 4 {
+				want += binary.LittleEndian.Uint32(w[i:])
+			}
+			if y[p] != want {
+				t.Fatalf("%d bytes in %d pieces: piece %d sums to %#x, want %#x", c.n, c.pieces, p, y[p], want)
+			}
 		}
 	}
 }

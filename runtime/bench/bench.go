@@ -20,6 +20,7 @@ import (
 
 	"github.com/klauspost/cpuid/v2"
 
+	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/runtime/devices"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/tune"
@@ -67,6 +68,48 @@ type Report struct {
 	Cores    int           `json:"cores"`
 	LoadAvg  [2][3]float64 `json:"-"` // 1, 5 and 15-minute load averages at the start and at the end
 	Tests    []Test        `json:"tests"`
+	// DecodeBytes is the weight bytes a decode step reads (DecodeBytes);
+	// Bandwidth the bytes a second the device reads, measured after the
+	// tests where the runner can (0 where it cannot): a decode test's
+	// share of it is how near decode runs to the memory's limit.
+	DecodeBytes int64   `json:"decode_bytes"`
+	Bandwidth   float64 `json:"read_bandwidth,omitempty"`
+}
+
+// bandwidthMeter is a runner that can measure its device's read bandwidth
+// (gpuexec's).
+type bandwidthMeter interface {
+	ReadBandwidth() (float64, error)
+}
+
+// DecodeBytes is the weight bytes one decode step of m reads: every
+// weight a node reads whole, and one row of an embedding table that only
+// the embedding reads (a table tied to the output head is read whole).
+// Every matrix counts: the graphs have no routed experts.
+func DecodeBytes(m *exec.Model) int64 {
+	whole := make([]bool, len(m.Weights))
+	row := make([]bool, len(m.Weights))
+	for _, n := range m.Graph.Nodes {
+		for _, w := range []int{n.Weight, n.Bias, n.Rope.FreqsW} {
+			switch {
+			case w < 0 || w >= len(whole):
+			case n.Op == dsl.OpEmbed && w == n.Weight:
+				row[w] = true
+			default:
+				whole[w] = true
+			}
+		}
+	}
+	var b int64
+	for i, w := range m.Weights {
+		switch {
+		case whole[i]:
+			b += int64(len(w.Data))
+		case row[i] && len(w.Dims) == 2 && w.Dims[1] > 0:
+			b += int64(len(w.Data)) / w.Dims[1]
+		}
+	}
+	return b
 }
 
 // Row is one line of the table: the report's fields with one test's.
@@ -82,6 +125,10 @@ type Row struct {
 	Cores     int        `json:"cores"`
 	LoadStart [3]float64 `json:"loadavg_start"` // 1, 5 and 15-minute load averages
 	LoadEnd   [3]float64 `json:"loadavg_end"`
+	// the weight bytes a decode step reads and the device's measured read
+	// bandwidth (Report's)
+	DecodeBytes int64   `json:"decode_bytes"`
+	Bandwidth   float64 `json:"read_bandwidth,omitempty"`
 	Test
 }
 
@@ -90,7 +137,8 @@ func (r *Report) Rows() []Row {
 	out := make([]Row, len(r.Tests))
 	for i, t := range r.Tests {
 		out[i] = Row{Model: r.Model, File: r.File, Size: r.Size, Params: r.Params, Backend: r.Backend, Threads: r.Threads,
-			MaxBatch: r.MaxBatch, CPU: r.CPU, Cores: r.Cores, LoadStart: r.LoadAvg[0], LoadEnd: r.LoadAvg[1], Test: t}
+			MaxBatch: r.MaxBatch, CPU: r.CPU, Cores: r.Cores, LoadStart: r.LoadAvg[0], LoadEnd: r.LoadAvg[1],
+			DecodeBytes: r.DecodeBytes, Bandwidth: r.Bandwidth, Test: t}
 	}
 	return out
 }
@@ -116,6 +164,7 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 	ctxLen := max(cfg.Prompt, cfg.Depth+cfg.Gen, 9)
 	rep := &Report{File: path, Threads: threads, Cores: runtime.NumCPU(), CPU: cpuName()}
 	rep.Model, rep.Size, rep.Params = Describe(m.Src)
+	rep.DecodeBytes = DecodeBytes(m)
 	rep.LoadAvg[0] = loadAvg()
 
 	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen, Tune: cfg.Tune, Mmap: cfg.Mmap})
@@ -213,6 +262,13 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 		rep.Tests = append(rep.Tests, t.done())
 	}
 	rep.LoadAvg[1] = loadAvg()
+	if bm, ok := r.(bandwidthMeter); ok && cfg.Gen > 0 {
+		bw, err := bm.ReadBandwidth()
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		rep.Bandwidth = bw
+	}
 	return rep, nil
 }
 
@@ -361,6 +417,17 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\n%s, %d cores; best of %d runs after a warm-up, batch %d; load average %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end\n",
 		r.CPU, r.Cores, n, r.MaxBatch, r.LoadAvg[0][0], r.LoadAvg[0][1], r.LoadAvg[0][2], r.LoadAvg[1][0], r.LoadAvg[1][1], r.LoadAvg[1][2])
+	for _, t := range r.Tests {
+		if t.Gen == 0 || r.DecodeBytes == 0 {
+			continue
+		}
+		rate := float64(r.DecodeBytes) * t.Best
+		fmt.Fprintf(&b, "%s reads %s of weights a token: %.1f GB/s", t.Name, FormatSize(r.DecodeBytes), rate/1e9)
+		if r.Bandwidth > 0 {
+			fmt.Fprintf(&b, ", %.1f%% of the %.1f GB/s the device reads (measured)", 100*rate/r.Bandwidth, r.Bandwidth/1e9)
+		}
+		b.WriteString("\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -43,9 +43,26 @@ func TestRunStories(t *testing.T) {
 	if rep.Model != "llama 292.80K F32" || rep.Params != 292800 || rep.Size != 1171200 || rep.Threads != 1 || rep.MaxBatch != 32 {
 		t.Errorf("report %+v", rep)
 	}
+	// decode reads every weight but the embedding table, of which one row,
+	// unless the table is the output head too
+	var want int64
+	tied := true
+	for _, w := range m.Weights {
+		want += int64(len(w.Data))
+		tied = tied && w.GGUF != "output.weight"
+	}
+	if e := m.Weights[embedWeight(m)]; !tied {
+		want -= int64(len(e.Data)) - int64(len(e.Data))/e.Dims[1]
+	}
+	if rep.DecodeBytes != want || rep.Bandwidth != 0 {
+		t.Errorf("decode bytes %d (tied embedding %v), want %d; bandwidth %v on the CPU runner", rep.DecodeBytes, tied, want, rep.Bandwidth)
+	}
 	var b bytes.Buffer
 	if err := rep.Table(&b); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "tg8 @ d16 reads "+FormatSize(want)+" of weights a token") {
+		t.Errorf("table without decode's bytes:\n%s", b.String())
 	}
 	lines := strings.Split(b.String(), "\n")
 	if len(lines) < 4 || !strings.HasPrefix(lines[1], "| ----") || !strings.Contains(lines[2], " pp32 |") || utf8.RuneCountInString(lines[0]) != utf8.RuneCountInString(lines[3]) {

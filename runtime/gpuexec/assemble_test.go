@@ -54,13 +54,14 @@ func TestKernelsAssemble(t *testing.T) {
 			ks = append(ks, ops.MatMulBlock(sh, xk))
 		}
 	}
+	ks = append(ks, ops.ReadStream()) // ReadBandwidth's
 	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
 		if err != nil {
 			t.Fatalf("products %+v: %v", tg, err)
 		}
 		assemble(t, ptxas, dir, fmt.Sprintf("products-%d-%v-%v", tg.SM, tg.WGMMA, tg.WGMMAOverlap), src, tg)
-		t.Logf("%d prefill products for %s assembled", len(ks), arch(tg))
+		t.Logf("%d prefill products and ReadStream for %s assembled", len(ks)-1, arch(tg))
 	}
 	t.Logf("%s", bytes.TrimSpace(ver))
 }
