@@ -55,7 +55,9 @@ run)
 				f=/tmp/$like-$typ.gguf
 				[ -f "$f" ] || "$B/jitllm" synth --like "$like" --type "$typ" -o "$f" >/dev/null
 				echo "== speed $like $typ"
-				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error' || true
+				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error|reads' || true
+				echo "-- JITLLM_Q6KA=0 (Q6_K matrices in their stored layout)"
+				JITLLM_Q6KA=0 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128|error|reads' || true
 				for w in 1 2; do
 					echo "-- JITLLM_WGMMA=$w"
 					JITLLM_WGMMA=$w "$B/jitllm" speed "$f" -p 512 -n 0 -r 2 -devices cuda 2>&1 | grep -E 'pp512|error' || true

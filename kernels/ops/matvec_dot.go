@@ -100,6 +100,10 @@ type dotUnit func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr
 type dotCut struct {
 	qk, bytes, units int
 	unit             dotUnit
+	// scales is the activation's scales a weight block (its quantizer's
+	// blocks in one of the weight's): unit s is scaled by scale
+	// s/(units/scales) of the block's
+	scales int
 }
 
 const lowNibbles, ones = 0x0f0f0f0f, 0x01010101
@@ -139,7 +143,7 @@ var dotQ4_KCut = dotCut{256, 144, 4, func(b *k.Builder, blk, xb *k.Buf, j k.Expr
 	sum := b.Let("isum", slo.Mul(byteI(sc, 0)).Add(shi.Mul(byteI(sc, 1))))
 	mins := b.Let("imin", blo.Mul(byteI(m, 0)).Add(bhi.Mul(byteI(m, 1))))
 	return half(dm, 0).Mul(sum.Cvt(k.F32)).Sub(half(dm, 1).Mul(mins.Cvt(k.F32)))
-}}
+}, 1}
 
 // scaleMinK4Pair is scaleMinK4 of sub-blocks 2j and 2j+1 (j an Int in
 // [0, 4)) over the twelve scale bytes as three little-endian words: two
@@ -182,7 +186,7 @@ var dotQ6_KCut = dotCut{256, 210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr
 		}
 	}
 	return blk.Aligned(k.U16, 208).F16ToF32().Mul(sum.Cvt(k.F32))
-}}
+}, 1}
 
 // Q8_0 unit s (2 a block): quants 16s..16s+15 as four words, signed by
 // signed: the weights' bytes offset by 128 into Dot4's unsigned operand,
@@ -197,13 +201,18 @@ var dotQ8_0Cut = dotCut{32, 34, 2, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) 
 		sum = b.Let("isum", sum.Add(k.Dot4(q, x, i32c(0)).Sub(k.Dot4(u32c(ones), x, i32c(0)).Mul(i32c(128)))))
 	}
 	return blk.Aligned(k.U16, 0).F16ToF32().Mul(sum.Cvt(k.F32))
-}}
+}, 1}
 
 // dotCuts are the integer warp mat-vecs' cuts by weight type name; their
 // activations are Q8_K (blocks of 256) or Q8_0 (32), the weight's partner.
 func dotCuts() map[string]dotCut {
 	return map[string]dotCut{"Q4_K": dotQ4_KCut, "Q6_K": dotQ6_KCut, "Q8_0": dotQ8_0Cut}
 }
+
+// layoutCuts are the integer mat-vecs' cuts of the device layouts
+// (Q6_KA), which DotMatVec takes by name but DotMatVecs leaves out: their
+// matrices are a runtime/gpuexec repacking, not a GGUF type.
+func layoutCuts() map[string]dotCut { return map[string]dotCut{"Q6_KA": dotQ6_KACut} }
 
 // QuantizeQ8_0 is QuantizeQ8_0(x []float32, xq []byte, xd []float32): each
 // block of 32 values of x quantized as QuantRoundQ8_0 quantizes it, the
@@ -287,6 +296,9 @@ func DotMatVec(form, typ string, sh DotShape) *k.Kernel {
 	}
 	c, ok := dotCuts()[typ]
 	if !ok {
+		c, ok = layoutCuts()[typ]
+	}
+	if !ok {
 		panic("DotMatVec: no integer mat-vec for " + typ)
 	}
 	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
@@ -314,7 +326,11 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	res := st.residual(b)
 	y := b.Buffer("y", k.F32)
-	nb := b.Let("nb", xd.Len())
+	nb := xd.Len()
+	if c.scales > 1 {
+		nb = nb.Div(c.scales)
+	}
+	nb = b.Let("nb", nb)
 	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
 	b.ParallelFor("r", 0, y.Len().Div(rows), func(g k.Expr) {
 		for _, w := range ws { // the group's rows: weights, which no launch writes
@@ -332,11 +348,15 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 			i := b.Let("i", u.Div(c.units))
 			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
 			s := b.Let("s", u.Rem(c.units))
+			xs := xd.At(i)
+			if c.scales > 1 {
+				xs = xd.At(i.Mul(c.scales).Add(s.Div(c.units / c.scales)))
+			}
 			for q := range sums {
 				r := g.Mul(rows).Add(q)
 				for m, w := range ws {
 					wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
-					b.Fold(sums[q][m], xd.At(i).Mul(c.unit(b, wb, xb, s)))
+					b.Fold(sums[q][m], xs.Mul(c.unit(b, wb, xb, s)))
 				}
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -77,7 +78,7 @@ func TestGPUMatVecDot(t *testing.T) {
 		fmt.Fprintf(&table, " %7s", "x"+fmt.Sprint(sh.Rows)+"t"+fmt.Sprint(sh.Threads)+"u"+fmt.Sprint(sh.Unroll))
 	}
 	table.WriteString(" | best\n")
-	for _, tf := range [][2]string{{"Q4_K", ""}, {"Q6_K", ""}, {"Q8_0", ""}, {"Q4_K", "SwiGLU"}, {"Q8_0", "SwiGLU"}} {
+	for _, tf := range [][2]string{{"Q4_K", ""}, {"Q6_K", ""}, {"Q6_KA", ""}, {"Q8_0", ""}, {"Q4_K", "SwiGLU"}, {"Q8_0", "SwiGLU"}} {
 		typ, form := tf[0], tf[1]
 		mats := 1
 		if form == "SwiGLU" {
@@ -95,11 +96,12 @@ func TestGPUMatVecDot(t *testing.T) {
 		mod, tg := loadKernels(t, c, ks...)
 		checkDotShapes(t, c, s, mod, tg, typ, mats, quantize, qk, ks[1:], r)
 		for _, mc := range matVecCases {
-			if mc.typ != typ || mc.form != form {
+			// a case of the type, or of the GGUF type whose layout it is
+			if mc.form != form || (mc.typ != typ && deviceLayout(opstest.Type(mc.typ), mc.cols) != typ) {
 				continue
 			}
-			fmt.Fprintf(&table, "%-5s %-5s %7d %6d |", mc.model, mc.typ+mc.form, mc.out, mc.cols)
-			rowBytes, err := quant.RowBytes(opstest.Type(typ), int64(mc.cols))
+			fmt.Fprintf(&table, "%-5s %-5s %7d %6d |", mc.model, typ+mc.form, mc.out, mc.cols)
+			rowBytes, err := quant.RowBytes(opstest.Type(stored(typ)), int64(mc.cols))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,18 +167,35 @@ func TestGPUMatVecDot(t *testing.T) {
 	}
 }
 
+// stored is the GGUF type of a device layout's name (Q6_KA: Q6_K).
+func stored(layout string) string {
+	if layout == ops.Q6_KA.Name {
+		return "Q6_K"
+	}
+	return layout
+}
+
 // checkDotShapes runs every shape's kernel (ks, in dotShapes' order, over
 // mats matrices) on 64 rows of random quants and compares it with the
 // interpreter.
 func checkDotShapes(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Module, tg ptx.Target, typ string, mats int,
 	quantize *kernel.Kernel, qk int, ks []*kernel.Kernel, r *rand.Rand) {
 	t.Helper()
-	const out, cols = 64, 1536 // 6 blocks of 256: units that do not fill the group evenly
-	tq := opstest.Type(typ)
+	const out = 64
+	cols := 1536 // 6 blocks of 256: units that do not fill the group evenly
+	if typ == ops.Q6_KA.Name {
+		cols = 3 * ops.Q6_KA.QK
+	}
+	tq := opstest.Type(stored(typ))
 	ws := make([][]byte, mats)
 	for m := range ws {
 		for range out {
 			ws[m] = append(ws[m], opstest.Row(tq, cols, nil, r)...)
+		}
+		if typ == ops.Q6_KA.Name {
+			if err := ops.RepackQ6_KA(ws[m], slices.Clone(ws[m])); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	x := opstest.Floats(cols, 1, r)
@@ -198,7 +217,7 @@ func checkDotShapes(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Mod
 		}
 	}()
 	yd := bufs[2]
-	vals = append(vals, bufs[0].Ptr, cols, bufs[1].Ptr, uint64(cols/qk), yd.Ptr, out)
+	vals = append(vals, bufs[0].Ptr, uint64(cols), bufs[1].Ptr, uint64(cols/qk), yd.Ptr, out)
 	a := cuda.NewArgs(len(vals))
 	for j, v := range vals {
 		a.Set(j, v)

@@ -10,6 +10,7 @@ package gpuexec
 import (
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -30,17 +31,30 @@ type alloc struct {
 	// parts are uploaded once one after another where init is nil (the
 	// matrices of a stack, never copied into one slice)
 	parts [][]byte
+	// repack, where set, rewrites each run of init bytes into the device
+	// layout as it is uploaded (deviceLayout: Q6_KA)
+	repack func(dst, src []byte) error
 }
 
 // initBytes calls f with each run of bytes a's upload starts with and its
 // offset.
 func (a alloc) initBytes(f func(off int, b []byte) error) error {
+	put := f
+	if a.repack != nil {
+		put = func(off int, b []byte) error {
+			r := make([]byte, len(b))
+			if err := a.repack(r, b); err != nil {
+				return fmt.Errorf("%s: %w", a.name, err)
+			}
+			return f(off, r)
+		}
+	}
 	if a.init != nil {
-		return f(0, a.init)
+		return put(0, a.init)
 	}
 	off := 0
 	for _, b := range a.parts {
-		if err := f(off, b); err != nil {
+		if err := put(off, b); err != nil {
 			return err
 		}
 		off += len(b)
@@ -141,6 +155,48 @@ func blockOf(t quant.Type) (ops.BlockDecode, bool) {
 	return ops.BlockDecode{}, false
 }
 
+// Device layouts. A weight is uploaded in its stored bytes but for Q6_K
+// matrices whose rows hold whole groups of ops.Q6_KAGroup blocks (the
+// 8B's and 1B's: 2048, 4096, 14336 columns), which go up as ops.Q6_KA,
+// regrouped so that every block body is 16-byte aligned and the
+// mat-vecs read it with 16-byte loads. Every kernel that reads such a
+// weight takes the layout's BlockDecode or integer cut. JITLLM_Q6KA=0
+// keeps Q6_K's own layout (for comparisons).
+
+// deviceLayout names the layout a weight of type t and cols columns has
+// on the device: a BlockDecode's and integer cut's name.
+func deviceLayout(t quant.Type, cols int) string {
+	if t == quant.Q6_K && cols%ops.Q6_KA.QK == 0 && os.Getenv("JITLLM_Q6KA") != "0" {
+		return ops.Q6_KA.Name
+	}
+	return t.String()
+}
+
+// weightCols is w's row length (its columns; a vector's length).
+func weightCols(w *exec.Bound) int {
+	if len(w.Dims) == 0 {
+		return 0
+	}
+	return int(w.Dims[0])
+}
+
+// layoutBlock is the BlockDecode of w's device layout.
+func layoutBlock(w *exec.Bound) (ops.BlockDecode, bool) {
+	if deviceLayout(w.Type, weightCols(w)) == ops.Q6_KA.Name {
+		return ops.Q6_KA, true
+	}
+	return blockOf(w.Type)
+}
+
+// repackFor is the upload's rewrite of w's bytes into its device layout,
+// nil where the layout is the stored one.
+func repackFor(w *exec.Bound) func(dst, src []byte) error {
+	if deviceLayout(w.Type, weightCols(w)) == ops.Q6_KA.Name {
+		return ops.RepackQ6_KA
+	}
+	return nil
+}
+
 // dotQuantizer is the device quantizer of an integer decode mat-vec over
 // weights of type t (their dot partner type): its kernel's name and
 // constructor and its block size.
@@ -202,7 +258,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			return v
 		}
 		w := &m.Weights[wi]
-		a := p.add(alloc{name: w.GGUF, kind: kernel.U8, n: len(w.Data), init: w.Data})
+		a := p.add(alloc{name: w.GGUF, kind: kernel.U8, n: len(w.Data), init: w.Data, repack: repackFor(w)})
 		weights[wi] = view{a, 0, len(w.Data)}
 		return weights[wi]
 	}
@@ -221,7 +277,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			names = append(names, w.GGUF)
 			n += len(w.Data)
 		}
-		a := p.add(alloc{name: strings.Join(names, " + "), kind: kernel.U8, n: n, parts: parts})
+		// a stack's matrices share their type and columns, so their layout
+		a := p.add(alloc{name: strings.Join(names, " + "), kind: kernel.U8, n: n, parts: parts, repack: repackFor(&m.Weights[g.Nodes[st[0]].Weight])})
 		off := 0
 		for _, j := range st {
 			wi := g.Nodes[j].Weight
@@ -302,7 +359,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	// type t, rows rows and cols columns, in the plan's shape for it
 	dotMatVec := func(form string, t quant.Type, rows, cols int) (string, func() *kernel.Kernel) {
 		sh := p.dotShape(dotKey{form, t, rows, cols})
-		return fmt.Sprintf("MatVecDot%s%s%s", form, t, sh), func() *kernel.Kernel { return ops.DotMatVec(form, t.String(), sh) }
+		l := deviceLayout(t, cols)
+		return fmt.Sprintf("MatVecDot%s%s%s", form, l, sh), func() *kernel.Kernel { return ops.DotMatVec(form, l, sh) }
 	}
 
 	// ropeFreqs is the allocation of RoPE node i's frequency divisors and
@@ -403,7 +461,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					f16 := w.Type == quant.F16
 					k = cached("Embed"+w.Type.String(), func() *kernel.Kernel { return ops.EmbedFloat(f16) })
 				default:
-					d, ok := blockOf(w.Type)
+					d, ok := layoutBlock(w)
 					if !ok {
 						return view{}, fmt.Errorf("node %d (embed): no GPU kernel decodes %s (%s)", i, w.Type, w.GGUF)
 					}
@@ -435,7 +493,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				case quant.F16:
 					k = cached("MatVecWarpF16", ops.MatVecWarpF16)
 				default:
-					d, ok := blockOf(w.Type)
+					d, ok := layoutBlock(w)
 					if !ok {
 						return view{}, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
 					}

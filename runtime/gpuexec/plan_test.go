@@ -39,6 +39,8 @@ var models = []string{
 // deterministic, so every run sees the same weights).
 var synthShapes = map[string]func(*synth.Shape){
 	"qwen3-0.6b": func(s *synth.Shape) { s.Vocab, s.Embd, s.Heads, s.KVHeads, s.HeadDim, s.FF = 512, 128, 4, 2, 64, 256 },
+	// 2048 columns: whole Q6_KA groups (the tied output head, attn_v)
+	"llama-3.2-1b": func(s *synth.Shape) { s.Vocab, s.Embd, s.Heads, s.KVHeads, s.HeadDim, s.FF = 512, 2048, 4, 2, 64, 256 },
 }
 
 // synthModel writes the model "preset/TYPE" names (see synthShapes).
@@ -569,4 +571,49 @@ func TestDotShape(t *testing.T) {
 			t.Errorf("%s %s %d rows: %s, want %s", c.form, c.t, c.rows, got, c.want)
 		}
 	}
+}
+
+// Q6_K matrices of whole Q6_KA groups go to the device repacked, and every
+// kernel that reads them (the embedding, the decode mat-vecs, the prefill
+// products' f16 decode) reads that layout: the interpreted plan generates
+// what the CPU runner generates and what the plan in Q6_K's own layout
+// generates (the mat-vecs' float order aside).
+func TestQ6_KAPlanMatchesCPU(t *testing.T) {
+	const name = "synth:llama-3.2-1b/Q4_K_M"
+	m := loadModel(t, name)
+	plans := map[string]*plan{}
+	for _, on := range []string{"1", "0"} {
+		t.Setenv("JITLLM_Q6KA", on)
+		p, err := newPlanTiles(m, 64, 4, true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[on] = p
+	}
+	uses := map[string]map[string]bool{} // kernels reading Q6_KA by name before it, by plan
+	for on, p := range plans {
+		uses[on] = map[string]bool{}
+		for _, ls := range [][]launch{p.launches, p.prefill} {
+			for _, l := range ls {
+				if before, _, ok := strings.Cut(l.k.Name, "Q6_KA"); ok {
+					uses[on][before] = true
+				}
+			}
+		}
+	}
+	for _, k := range []string{"Embed", "MatVecDot", "DequantF16"} {
+		if !uses["1"][k] {
+			t.Errorf("no %sQ6_KA launch (have %v)", k, uses["1"])
+		}
+	}
+	if len(uses["0"]) > 0 {
+		t.Errorf("JITLLM_Q6KA=0 still reads Q6_KA: %v", uses["0"])
+	}
+	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	agree(t, cpu, newHostExec(plans["1"]), 2, tolerance(name))
+	agree(t, newHostExec(plans["0"]), newHostExec(plans["1"]), 2, 1e-3)
 }

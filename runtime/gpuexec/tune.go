@@ -30,7 +30,7 @@ const tuneMargin = 0.03
 
 // tuneShape is the cache's key of mat-vec d on the device.
 func (d dotKey) tuneShape() tune.Shape {
-	return tune.Shape{Op: "matvec" + d.form, Type: d.t.String(), Order: "MatVecDot" + d.form, ISA: "ptx", In: d.cols, Out: d.rows, Batch: 1}
+	return tune.Shape{Op: "matvec" + d.form, Type: deviceLayout(d.t, d.cols), Order: "MatVecDot" + d.form, ISA: "ptx", In: d.cols, Out: d.rows, Batch: 1}
 }
 
 // dotCandidates are the shapes tried for mat-vec d in mode: the rule's
@@ -204,7 +204,7 @@ func (t *dotTimer) best(d dotKey, shapes []ops.DotShape) (ops.DotShape, error) {
 	tg := ptx.ForDevice(t.c.Device.Major, t.c.Device.Minor)
 	ks := make([]*kernel.Kernel, len(shapes))
 	for i, sh := range shapes {
-		ks[i] = ops.DotMatVec(d.form, d.t.String(), sh)
+		ks[i] = ops.DotMatVec(d.form, deviceLayout(d.t, d.cols), sh)
 	}
 	src, err := ptx.Module(ks, tg)
 	if err != nil {
