@@ -42,6 +42,18 @@ var Q4_K = BlockDecode{Name: "Q4_K", QK: 256, Bytes: 144, F16: []int{0, 2}, Sche
 var Q6_K = BlockDecode{Name: "Q6_K", QK: 256, Bytes: 210, F16: []int{208}, Sched: kLanes,
 	Decode: func(b *k.Builder, blk *k.Buf, emit Emit) { q6kBody(b, blk, b.Let("d", blk.F16(208)), emit) }}
 
+// q6kQuants are a Q6_K position's four 6-bit quants (values l, l+32,
+// l+64, l+96 of a 128-value half, offset by 32) from its ql byte, the byte
+// 32 on and its qh byte.
+func q6kQuants(ql0, ql32, h k.Expr) [4]k.Expr {
+	return [4]k.Expr{
+		ql0.And(0xf).Or(h.And(3).Shl(4)),
+		ql32.And(0xf).Or(h.Shr(2).And(3).Shl(4)),
+		ql0.Shr(4).Or(h.Shr(4).And(3).Shl(4)),
+		ql32.Shr(4).Or(h.Shr(6).And(3).Shl(4)),
+	}
+}
+
 // q6kBody decodes a Q6_K block's 256 values from its body (ql, qh and the
 // scales: the block's first 208 bytes) and its scale d.
 func q6kBody(b *k.Builder, blk *k.Buf, d k.Expr, emit Emit) {
@@ -49,13 +61,7 @@ func q6kBody(b *k.Builder, blk *k.Buf, d k.Expr, emit Emit) {
 		b.For("l", 0, 32, func(l k.Expr) {
 			ql0, ql32 := b.Let("ql0", blk.U8(l.Add(64*n))), b.Let("ql32", blk.U8(l.Add(64*n+32)))
 			h := b.Let("h", blk.U8(l.Add(128+32*n)))
-			qs := [4]k.Expr{
-				ql0.And(0xf).Or(h.And(3).Shl(4)),
-				ql32.And(0xf).Or(h.Shr(2).And(3).Shl(4)),
-				ql0.Shr(4).Or(h.Shr(4).And(3).Shl(4)),
-				ql32.Shr(4).Or(h.Shr(6).And(3).Shl(4)),
-			}
-			for t, q := range qs {
+			for t, q := range q6kQuants(ql0, ql32, h) {
 				// value 128n + 32t + l has scale (128n + 32t + l)/16; ggml: d·sc, then ·q
 				sc := blk.I8(l.Div(16).Add(192 + 8*n + 2*t)).Cvt(k.F32)
 				emit(l.Add(128*n+32*t), d.Mul(sc).Mul(q.Cvt(k.I32).Sub(32).Cvt(k.F32)))

@@ -156,14 +156,7 @@ var cutQ6_K = warpCut{256, 210, 16, func(b *k.Builder, blk *k.Buf, s k.Expr, emi
 			sc[t] = b.Let("sc", d.Mul(blk.I8(is.Add(192+8*n+2*t)).Cvt(k.F32)))
 		}
 		for c := 0; c < 2; c++ {
-			a, a32, hh := byteOf(ql0, c), byteOf(ql32, c), byteOf(h, c)
-			qs := [4]k.Expr{
-				a.And(0xf).Or(hh.And(3).Shl(4)),
-				a32.And(0xf).Or(hh.Shr(2).And(3).Shl(4)),
-				a.Shr(4).Or(hh.Shr(4).And(3).Shl(4)),
-				a32.Shr(4).Or(hh.Shr(6).And(3).Shl(4)),
-			}
-			for t, q := range qs {
+			for t, q := range q6kQuants(byteOf(ql0, c), byteOf(ql32, c), byteOf(h, c)) {
 				v := sc[t].Mul(q.Cvt(k.I32).Sub(32).Cvt(k.F32))
 				emit(l.Add(128*n+32*t+c), v)
 			}
