@@ -58,9 +58,30 @@ func (s AttnShape) check() error {
 // kernel's cooperative width), its stores ordered before any later access
 // of the CTA's other threads.
 func (b *Builder) BlockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, scale Expr, quant *AttnQuant) {
+	b.blockAttention(sh, q, kc, vc, y, first, scale, quant, nil)
+}
+
+// BlockAttentionPart is BlockAttention over the cache positions [lo, hi)
+// only (lo a multiple of AttnBlock; row i's still end at first + i), its
+// output a partial that flash-decoding folds with the others of the row
+// (AttentionMerge): y[y.Off + i·y.Stride + d] = Σ_j p_j·v_j[d] unnormalized,
+// then at + sh.HD the scores' maximum m (natural units) and at + sh.HD + 1
+// the weights' sum l, p_j = exp(s_j − m) (the values' weights rounded to
+// f16 as BlockAttention's). A row with no positions in the range has m =
+// −Inf, l = 0 and a zero output. Only blocks holding positions of the range
+// are read.
+func (b *Builder) BlockAttentionPart(sh AttnShape, q, kc, vc, y TileOperand, first, lo, hi, scale Expr) {
+	b.blockAttention(sh, q, kc, vc, y, first, scale, nil, []Expr{lo, hi})
+}
+
+func (b *Builder) blockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, scale Expr, quant *AttnQuant, span []Expr) {
 	args := []Expr{q.Off, q.Stride, q.Rows, kc.Off, kc.Stride, vc.Off, vc.Stride, y.Off, y.Stride, first}
 	if err := sh.check(); err != nil {
 		b.fail("block attention: %v", err)
+		return
+	}
+	if span != nil && (!b.check("block attention range", span...) || !allInt(span)) {
+		b.fail("block attention: the range's bounds must be Int")
 		return
 	}
 	var extra []*Buf
@@ -91,7 +112,8 @@ func (b *Builder) BlockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, 
 	case !allInt(args) || scale.Kind != F32:
 		b.fail("block attention: offsets, strides, rows and first must be Int, scale F32")
 	default:
-		b.emit(&Stmt{Op: SBlockAttention, Attn: &sh, Buf: q.Buf, Buf2: kc.Buf, Buf3: vc.Buf, Out: y.Buf, Extra: extra, Args: append(append(args, scale), qargs...)})
+		b.emit(&Stmt{Op: SBlockAttention, Attn: &sh, Part: span != nil, Buf: q.Buf, Buf2: kc.Buf, Buf3: vc.Buf, Out: y.Buf, Extra: extra,
+			Args: append(append(append(args, scale), qargs...), span...)})
 	}
 }
 
@@ -123,6 +145,14 @@ func (m *machine) blockAttention(s *Stmt) {
 	}
 	// the whole blocks a target reads, bounds-checked as it would be
 	ends := (first + rows - 1 + AttnBlock - 1) / AttnBlock * AttnBlock
+	lo, hi := 0, ends
+	if s.Part {
+		lo, hi = ev[10], ev[11]
+		if lo < 0 || lo%AttnBlock != 0 {
+			fail("block attention: range start %d is not a multiple of %d", lo, AttnBlock)
+		}
+		ends = min(ends, (hi+AttnBlock-1)/AttnBlock*AttnBlock)
+	}
 	f16 := func(b *Buf, i int) float32 {
 		v := m.load(b, b.Elem, i)
 		if b.Elem == U16 {
@@ -130,9 +160,9 @@ func (m *machine) blockAttention(s *Stmt) {
 		}
 		return F16ToF32(F32ToF16(float32(v.f)))
 	}
-	keys := make([]float32, ends*sh.HD)
-	vals := make([]float32, ends*sh.HD)
-	for j := range ends {
+	keys := make([]float32, max(ends, 0)*sh.HD)
+	vals := make([]float32, max(ends, 0)*sh.HD)
+	for j := lo; j < ends; j++ {
 		for d := range sh.HD {
 			keys[j*sh.HD+d] = f16(s.Buf2, kOff+j*kStride+d)
 			vals[j*sh.HD+d] = f16(s.Buf3, vOff+j*vStride+d)
@@ -146,9 +176,9 @@ func (m *machine) blockAttention(s *Stmt) {
 		for d := range qrow {
 			qrow[d] = f16(s.Buf, qi+d)
 		}
-		n := first + i
+		n := min(first+i, hi)
 		mx := float32(math.Inf(-1))
-		for j := range n {
+		for j := lo; j < n; j++ {
 			var sum float32
 			for d, qv := range qrow {
 				sum += float32(qv * keys[j*sh.HD+d])
@@ -158,13 +188,21 @@ func (m *machine) blockAttention(s *Stmt) {
 		}
 		var l float32
 		clear(out)
-		for j := range n {
+		for j := lo; j < n; j++ {
 			p := float32(math.Exp(float64(sc[j] - mx)))
 			l += p
 			ph := F16ToF32(F32ToF16(p))
 			for d := range sh.HD {
 				out[d] += float32(ph * vals[j*sh.HD+d])
 			}
+		}
+		if s.Part {
+			for d := range sh.HD {
+				m.store(s.Out, yOff+i*yStride+d, val{f: float64(out[d])})
+			}
+			m.store(s.Out, yOff+i*yStride+sh.HD, val{f: float64(mx)})
+			m.store(s.Out, yOff+i*yStride+sh.HD+1, val{f: float64(l)})
+			continue
 		}
 		for d := range sh.HD {
 			out[d] /= l

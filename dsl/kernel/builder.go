@@ -130,6 +130,7 @@ type Stmt struct {
 	// attention.go)
 	Block *BlockShape
 	Attn  *AttnShape
+	Part  bool // a block attention over a range of positions, its output partial (BlockAttentionPart)
 	Buf3  *Buf
 	Out   *Buf
 	Extra []*Buf // further outputs (a block attention's quants and scales)

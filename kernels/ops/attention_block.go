@@ -90,3 +90,43 @@ func attentionBlock(hd, warps int, q8 bool) *k.Kernel {
 	})
 	return b.MustBuild()
 }
+
+// AttentionBlockSplit is AttentionBlockSplitD<hd>(q []float32, kc, vc
+// []uint16, step []int32, part []float32, heads, group, kvDim, chunks int,
+// scale float32): a one-row step's attention cut over CTAs (flash-decoding
+// on the tensor cores), for long positions where AttentionBlockW1's one
+// CTA a head walks too many blocks in turn. Head h's n = step[1]+1
+// positions are cut into chunks pieces of L = ⌈n/chunks⌉ rounded up to a
+// block (kernel.AttnBlock); CTA c = h·chunks + piece attends the piece
+// (kernel.BlockAttentionPart, a warp) and leaves its unnormalized output,
+// maximum and sum in part from c·(hd+2), the layout AttentionSplit leaves
+// for AttentionMerge (pieces past n are left empty: m = −Inf, l = 0, so
+// the merge's own cut of the positions, ⌈n/chunks⌉ rounded to a warp,
+// reads them as nothing). q holds one row of heads·hd values.
+func AttentionBlockSplit(hd int) *k.Kernel {
+	if !AttnBlockWidth(hd) {
+		panic(fmt.Sprintf("AttentionBlockSplit: head width %d", hd))
+	}
+	sh := k.AttnShape{Warps: 1, HD: hd}
+	b := k.New(fmt.Sprintf("AttentionBlockSplitD%d", hd))
+	b.Doc(fmt.Sprintf("attends one piece of a head's positions per CTA over the cache in blocks of %d, on the tensor cores, leaving the piece's output, max and sum for AttentionMerge.", k.AttnBlock))
+	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
+	step, part := b.Buffer("step", k.I32), b.Buffer("part", k.F32)
+	heads, group, dim := b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
+	chunks, scale := b.Scalar("chunks", k.Int), b.Scalar("scale", k.F32)
+	n := b.Let("n", step.At(1).Cvt(k.Int).Add(1))
+	per := n.Add(chunks).Sub(1).Div(chunks)
+	l := b.Let("L", per.Add(k.AttnBlock-1).Div(k.AttnBlock).Mul(k.AttnBlock))
+	b.ParallelFor("c", 0, heads.Mul(chunks), func(c k.Expr) {
+		h := b.Let("h", c.Div(chunks))
+		lo := b.Let("lo", c.Rem(chunks).Mul(l))
+		kvo := b.Let("kvo", h.Div(group).Mul(hd))
+		po := b.Let("po", c.Mul(hd+2))
+		b.BlockAttentionPart(sh,
+			k.TileOperand{Buf: q, Off: h.Mul(hd), Stride: heads.Mul(hd), Rows: k.I(1)},
+			k.TileOperand{Buf: kc, Off: kvo, Stride: dim},
+			k.TileOperand{Buf: vc, Off: kvo, Stride: dim},
+			k.TileOperand{Buf: part, Off: po, Stride: k.I(hd + 2)}, n, lo, lo.Add(l), scale)
+	})
+	return b.MustBuild()
+}

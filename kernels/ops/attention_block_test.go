@@ -66,3 +66,59 @@ func TestAttentionBlockMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// AttentionBlockSplit's pieces folded by AttentionMerge (and its Q8_0 form)
+// give a decode row's attention within AttentionBlock's bound of the float64
+// reference, at positions inside the first block, on a block's edges and
+// over many pieces; the pieces past the position that the merge reads are
+// written empty (the part buffer starts as NaNs).
+func TestAttentionBlockSplitMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, hd := range []int{64, 128} {
+		const heads, kvHeads, ctx, chunks = 4, 2, 2176, ops.AttnSplitChunks
+		dim, group := kvHeads*hd, heads/kvHeads
+		kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
+		for i := range kc {
+			kc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+			vc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+		}
+		split, merge, merge8 := ops.AttentionBlockSplit(hd), ops.AttentionMerge(), ops.AttentionMergeQ8_0()
+		for _, c := range []struct {
+			pos   int
+			scale float32
+		}{{0, 0.125}, {62, 0.125}, {63, 1.5}, {64, 0.125}, {99, 0.7}, {700, 0.125}, {2047, 0.3}, {2100, 1.5}} {
+			q := make([]float32, heads*hd)
+			for i := range q {
+				q[i] = float32(r.NormFloat64())
+			}
+			step := []int32{0, int32(c.pos)}
+			part := make([]float32, heads*chunks*(hd+2))
+			for i := range part {
+				part[i] = float32(math.NaN())
+			}
+			if err := k.Run(split, q, kc, vc, step, part, heads, group, dim, chunks, c.scale); err != nil {
+				t.Fatal(err)
+			}
+			y := make([]float32, len(q))
+			if err := k.Run(merge, part, step, y, hd, heads, chunks); err != nil {
+				t.Fatal(err)
+			}
+			y8, xq, xd := make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/32)
+			if err := k.Run(merge8, part, step, y8, xq, xd, hd, heads, chunks); err != nil {
+				t.Fatal(err)
+			}
+			want := opstest.AttentionRef(q, kc, vc, c.pos, hd, heads, group, dim, c.scale)
+			var worst float64
+			for i, w := range want {
+				worst = math.Max(worst, math.Abs(float64(y[i])-w))
+				if y8[i] != y[i] {
+					t.Fatalf("position %d: AttentionMergeQ8_0 value %d %v, AttentionMerge's %v", c.pos, i, y8[i], y[i])
+				}
+			}
+			if worst > 1e-3 || math.IsNaN(worst) {
+				t.Errorf("head width %d at position %d (scale %v): largest difference from the reference %.3g", hd, c.pos, c.scale, worst)
+			}
+			t.Logf("head width %d at position %d: largest difference %.3g", hd, c.pos, worst)
+		}
+	}
+}

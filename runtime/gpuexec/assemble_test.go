@@ -55,9 +55,10 @@ func TestKernelsAssemble(t *testing.T) {
 			ks = append(ks, ops.MatMulBlock(sh, xk))
 		}
 	}
-	// ReadBandwidth's stream and the Q6_KA layout's readers (the test
-	// models have no Q6_K matrix of 2048 columns)
-	ks = append(ks, ops.ReadStream(), ops.DequantF16(ops.Q6_KA), ops.Embed(ops.Q6_KA),
+	// ReadBandwidth's stream, the Q6_KA layout's readers (the test models
+	// have no Q6_K matrix of 2048 columns) and the long decode step's
+	// attention (their contexts stop short of decodeSplitFrom)
+	ks = append(ks, ops.AttentionBlockSplit(64), ops.AttentionBlockSplit(128), ops.ReadStream(), ops.DequantF16(ops.Q6_KA), ops.Embed(ops.Q6_KA),
 		ops.DotMatVec("", "Q6_KA", dotShape("", quant.Q6_K, 4096)), ops.DotMatVec("Add", "Q6_KA", ops.DotShape{Rows: 2, Unroll: 2}))
 	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
@@ -65,7 +66,7 @@ func TestKernelsAssemble(t *testing.T) {
 			t.Fatalf("products %+v: %v", tg, err)
 		}
 		assemble(t, ptxas, dir, fmt.Sprintf("products-%d-%v-%v", tg.SM, tg.WGMMA, tg.WGMMAOverlap), src, tg)
-		t.Logf("%d prefill products, ReadStream and Q6_KA's kernels for %s assembled", len(prefillBlocks)*2, arch(tg))
+		t.Logf("%d prefill products, AttentionBlockSplit, ReadStream and Q6_KA's kernels for %s assembled", len(prefillBlocks)*2, arch(tg))
 	}
 	t.Logf("%s", bytes.TrimSpace(ver))
 }

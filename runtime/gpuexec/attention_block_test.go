@@ -24,7 +24,8 @@ func TestGPUAttentionBlock(t *testing.T) {
 	blocks := map[int]*kernel.Kernel{64: ops.AttentionBlock(64), 128: ops.AttentionBlock(128)}
 	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}
 	q8s := map[int]*kernel.Kernel{64: ops.AttentionBlockQ8_0(64, 1), 128: ops.AttentionBlockQ8_0(128, 1)}
-	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128])
+	bsplits := map[int]*kernel.Kernel{64: ops.AttentionBlockSplit(64), 128: ops.AttentionBlockSplit(128)}
+	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128], bsplits[64], bsplits[128])
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, sh := range []struct {
 		name                          string
@@ -37,6 +38,9 @@ func TestGPUAttentionBlock(t *testing.T) {
 		{"qwen3-0.6b", 128, 16, 8, 1, 5}, {"qwen3-0.6b", 128, 16, 8, 1, 64}, {"qwen3-0.6b", 128, 16, 8, 1, 127},
 		{"qwen3-0.6b", 128, 16, 8, 1, 511}, {"qwen3-0.6b", 128, 16, 8, 1, 2047},
 		{"llama-3.2-1b", 64, 32, 8, 1, 64}, {"llama-3.2-1b", 64, 32, 8, 1, 511},
+		// where the long decode step's split pays (decodeSplitFrom)
+		{"llama-3.1-8b", 128, 32, 8, 1, 255}, {"llama-3.1-8b", 128, 32, 8, 1, 1023}, {"llama-3.1-8b", 128, 32, 8, 1, 4095},
+		{"qwen3-0.6b", 128, 16, 8, 1, 8191}, {"llama-3.2-1b", 64, 32, 8, 1, 2047},
 	} {
 		ctx := sh.pos + sh.rows + kernel.AttnBlock
 		dim, group := sh.kvHeads*sh.hd, sh.heads/sh.kvHeads
@@ -89,6 +93,40 @@ func TestGPUAttentionBlock(t *testing.T) {
 		bu := deviceMicros(t, c, s, 10, runBlock)
 		su := deviceMicros(t, c, s, 5, func() { runSplit(); runMerge() })
 		t.Logf("%s heads, %d rows at position %d: %s %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, bk.Name, bu, bworst, su)
+		if sh.rows == 1 {
+			// the long decode step's attention: AttentionBlockSplit's
+			// pieces folded by the same merge
+			sa := cuda.NewArgs(18)
+			for i, b := range []struct {
+				p cuda.Buffer
+				n int
+			}{{qd, len(q)}, {kd, len(kc)}, {vd, len(vc)}, {stepd, 2}, {pd, np}} {
+				sa.Set(2*i, b.p.Ptr)
+				sa.Set(2*i+1, uint64(b.n))
+			}
+			sa.Set(10, uint64(sh.heads))
+			sa.Set(11, uint64(group))
+			sa.Set(12, uint64(dim))
+			sa.Set(13, uint64(ops.AttnSplitChunks))
+			sa.Set(14, uint64(math.Float32bits(scale)))
+			runBSplit := launcher(t, mod, tg, s, bsplits[sh.hd], sa, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(np), sh.heads, group, dim, ops.AttnSplitChunks, scale)
+			for _, b := range []cuda.Buffer{yd, pd} {
+				if err := b.Upload(f32Bytes(nans(int(b.Size / 4)))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runBSplit()
+			runMerge()
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			worst := attnError(t, yd, q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
+			if worst > 1e-3 || math.IsNaN(worst) {
+				t.Errorf("%s at position %d: AttentionBlockSplit+Merge differs from the reference by %.3g", sh.name, sh.pos, worst)
+			}
+			bs := deviceMicros(t, c, s, 10, func() { runBSplit(); runMerge() })
+			t.Logf("%s heads at position %d: AttentionBlockSplit+Merge %.1f µs (within %.2g), %s %.1f µs", sh.name, sh.pos, bs, worst, bk.Name, bu)
+		}
 		for _, b := range []cuda.Buffer{qd, kd, vd, stepd, yd, sd, pd} {
 			b.Free()
 		}

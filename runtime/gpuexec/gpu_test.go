@@ -44,14 +44,15 @@ func TestGPUMatchesCPU(t *testing.T) {
 			}
 			defer cpu.Close()
 			// the decode attention as the heads choose it, then as
-			// AttentionBlock whatever the heads; then without dependent
-			// launches (where the device has them)
-			defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
+			// AttentionBlock whatever the heads, then so with the long
+			// step (AttentionBlockSplit) from position 16; then without
+			// dependent launches (where the device has them)
+			defer func(h, f int) { decodeBlockHeads, decodeSplitFrom = h, f }(decodeBlockHeads, decodeSplitFrom)
 			for _, c := range []struct {
-				heads     int
-				dependent string
-			}{{decodeBlockHeads, ""}, {1, ""}, {decodeBlockHeads, "0"}} {
-				decodeBlockHeads = c.heads
+				heads, splitFrom int
+				dependent        string
+			}{{decodeBlockHeads, decodeSplitFrom, ""}, {1, decodeSplitFrom, ""}, {1, 16, ""}, {decodeBlockHeads, decodeSplitFrom, "0"}} {
+				decodeBlockHeads, decodeSplitFrom = c.heads, c.splitFrom
 				t.Setenv("JITLLM_DEPENDENT_LAUNCH", c.dependent)
 				cpu.Truncate(0)
 				g := gpuRunner(t, m, exec.Options{Context: 128})

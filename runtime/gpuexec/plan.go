@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jitllm/jitllm/dsl"
@@ -31,22 +32,48 @@ type alloc struct {
 	// parts are uploaded once one after another where init is nil (the
 	// matrices of a stack, never copied into one slice)
 	parts [][]byte
-	// repack, where set, rewrites each run of init bytes into the device
-	// layout as it is uploaded (deviceLayout: Q6_KA)
-	repack func(dst, src []byte) error
+	// repack, where set, rewrites the init bytes into the device layout
+	// as they are uploaded (deviceLayout: Q6_KA), a chunk of whole units
+	// at a time
+	repack *repack
 }
+
+// repack is a rewrite of a weight's bytes into its device layout that
+// works on whole units of unit bytes.
+type repack struct {
+	fn   func(dst, src []byte) error
+	unit int
+}
+
+// repackChunk bounds the transient copy a repacked upload makes: a chunk
+// of whole units of about this many bytes at a time, not the whole matrix
+// (the 8B's Q6_K head is 431 MB).
+const repackChunk = 8 << 20
 
 // initBytes calls f with each run of bytes a's upload starts with and its
 // offset.
 func (a alloc) initBytes(f func(off int, b []byte) error) error {
 	put := f
-	if a.repack != nil {
+	if rp := a.repack; rp != nil {
+		var r []byte
 		put = func(off int, b []byte) error {
-			r := make([]byte, len(b))
-			if err := a.repack(r, b); err != nil {
-				return fmt.Errorf("%s: %w", a.name, err)
+			if len(b)%rp.unit != 0 {
+				return fmt.Errorf("%s: %d bytes are not whole units of %d", a.name, len(b), rp.unit)
 			}
-			return f(off, r)
+			step := max(1, repackChunk/rp.unit) * rp.unit
+			for c := 0; c < len(b); c += step {
+				src := b[c:min(c+step, len(b))]
+				if cap(r) < len(src) {
+					r = make([]byte, len(src))
+				}
+				if err := rp.fn(r[:len(src)], src); err != nil {
+					return fmt.Errorf("%s: %w", a.name, err)
+				}
+				if err := f(off+c, r[:len(src)]); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 	}
 	if a.init != nil {
@@ -80,8 +107,11 @@ type launch struct {
 type plan struct {
 	allocs   []alloc
 	launches []launch // a one-row step
-	prefill  []launch // a rows-row step
-	setup    []launch // run once after the uploads (the resident f16 weights' decode)
+	long     []launch // a one-row step at positions from longFrom (nil: launches at every position)
+	longFrom int
+	alts     map[int][]launch // while planning: launches' indices the long step replaces, and by what
+	prefill  []launch         // a rows-row step
+	setup    []launch         // run once after the uploads (the resident f16 weights' decode)
 	dst      *[]launch
 	step     int  // the I32 allocation [last real row, position, tokens…]
 	logits   view // the last node's output, one-row step
@@ -190,9 +220,9 @@ func layoutBlock(w *exec.Bound) (ops.BlockDecode, bool) {
 
 // repackFor is the upload's rewrite of w's bytes into its device layout,
 // nil where the layout is the stored one.
-func repackFor(w *exec.Bound) func(dst, src []byte) error {
+func repackFor(w *exec.Bound) *repack {
 	if deviceLayout(w.Type, weightCols(w)) == ops.Q6_KA.Name {
-		return ops.RepackQ6_KA
+		return &repack{ops.RepackQ6_KA, ops.Q6_KA.Bytes}
 	}
 	return nil
 }
@@ -300,6 +330,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return vectors[wi], nil
 	}
 	freqAllocs := map[int]int{}
+	splitFrom := 0    // the long step's first position (decodeSplitFrom)
 	scratch := -1     // activations rounded to a matmul's partner type
 	scratch16 := -1   // the same rounded on to f16 for the tensor cores
 	scores := -1      // attention scores
@@ -764,17 +795,50 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					if rows == 1 {
 						warps = 1
 					}
+					// a one-row step past decodeSplitFrom positions cuts
+					// the heads' positions over CTAs instead
+					// (AttentionBlockSplit, folded by AttentionMerge):
+					// its launches replace this one in the long step
+					long := func(mkMerge func() *kernel.Kernel, margs ...any) error {
+						if rows > 1 || p.context <= splitFrom {
+							return nil
+						}
+						if parts < 0 {
+							parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
+						}
+						np := a.Heads * ops.AttnSplitChunks * (hd + 2)
+						p.allocs[parts].n = max(p.allocs[parts].n, np)
+						split := cached(fmt.Sprintf("AttentionBlockSplitD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockSplit(hd) })
+						merge, err := specialized(cached, mkMerge, map[string]any{"headDim": hd, "heads": a.Heads, "chunks": ops.AttnSplitChunks})
+						if err != nil {
+							return err
+						}
+						at, was := len(*p.dst)-1, p.dst
+						var alt []launch
+						p.dst = &alt
+						p.call(i, split, in(0), whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, ops.AttnSplitChunks, a.Scale)
+						p.call(i, merge, append([]any{view{parts, 0, np}, stepAll(p), out[i]}, margs...)...)
+						p.dst = was
+						p.alts[at] = alt
+						return nil
+					}
 					if qn, qmk, qk := quantizedBy(i); rows == 1 && qk == 32 && hd%32 == 0 {
 						// every reader quantizes the output to Q8_0: the
 						// attention does (a block is 4 tiles of a row's quad)
 						xq, xd := actQuants(n.Cols, qk)
 						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
 						p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
+						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
+							return view{}, err
+						}
 						normQuant = &rounding{cached(qn, qmk), out[i]}
 						break
 					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
 					p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
+					if err := long(ops.AttentionMerge); err != nil {
+						return view{}, err
+					}
 					break
 				}
 				if scores < 0 { // one pair's scores a head, shared by every layer's attention
@@ -837,8 +901,23 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
 	}
 	var err error
+	p.alts = map[int][]launch{}
+	splitFrom = decodeSplitFrom
+	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_SPLIT_FROM")); err == nil && v > 0 {
+		splitFrom = v // for comparisons on a device
+	}
 	if p.logits, err = lower(1, &p.launches); err != nil {
 		return nil, err
+	}
+	if len(p.alts) > 0 {
+		for i, l := range p.launches {
+			if alt, ok := p.alts[i]; ok {
+				p.long = append(p.long, alt...)
+				continue
+			}
+			p.long = append(p.long, l)
+		}
+		p.longFrom = splitFrom
 	}
 	if rows > 1 {
 		if p.plogits, err = lower(rows, &p.prefill); err != nil {
@@ -848,11 +927,19 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	return p, nil
 }
 
+// decodeAt is the one-row step's launches at position pos.
+func (p *plan) decodeAt(pos int) []launch {
+	if p.long != nil && pos >= p.longFrom {
+		return p.long
+	}
+	return p.launches
+}
+
 // kernelList is every distinct kernel the plan launches, in first-use order.
 func (p *plan) kernelList() []*kernel.Kernel {
 	seen := map[*kernel.Kernel]bool{}
 	var ks []*kernel.Kernel
-	all := append(append(p.setup[:len(p.setup):len(p.setup)], p.launches...), p.prefill...)
+	all := append(append(append(p.setup[:len(p.setup):len(p.setup)], p.launches...), p.long...), p.prefill...)
 	for _, l := range all {
 		if !seen[l.k] {
 			seen[l.k] = true
@@ -890,6 +977,14 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 	}
 	return cached(k.Name, func() *kernel.Kernel { return k }), nil
 }
+
+// decodeSplitFrom is the position from which a one-row step that attends
+// with AttentionBlockW1 (a CTA a head walking every block of positions)
+// cuts the positions over CTAs instead (AttentionBlockSplit + AttentionMerge,
+// a second CUDA graph: the merge's launch costs more than it saves while
+// the walk is short). A variable for the tests; JITLLM_ATTN_SPLIT_FROM
+// overrides it.
+var decodeSplitFrom = 512
 
 // decodeBlockHeads is the fewest heads a one-row step attends with
 // AttentionBlock, a CTA a head: fewer would leave the GPU idle while each

@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
@@ -164,7 +166,7 @@ func (h *hostExec) Forward(tokens []int32) ([]float32, error) {
 	}
 	for _, tok := range tokens {
 		st[0], st[1], st[2] = 0, int32(h.pos), tok
-		if err := h.run(h.p.launches); err != nil {
+		if err := h.run(h.p.decodeAt(h.pos)); err != nil {
 			return nil, err
 		}
 		h.pos++
@@ -494,6 +496,55 @@ func TestDecodeAttentionBlock(t *testing.T) {
 	agree(t, cpu, newHostExec(p), 4, tolerance(name))
 }
 
+// Past decodeSplitFrom positions a one-row step attends with
+// AttentionBlockSplit + AttentionMerge in place of each AttentionBlockW1 (a
+// second step, plan.long, of one launch a layer more; the Q8_0 form's merge
+// quantizes as the block attention did), and the plan, interpreted across
+// the threshold, still generates what the CPU runner generates. Below
+// decodeSplitFrom's context there is no long step.
+func TestDecodeAttentionSplitLong(t *testing.T) {
+	defer func(h, f int) { decodeBlockHeads, decodeSplitFrom = h, f }(decodeBlockHeads, decodeSplitFrom)
+	decodeBlockHeads, decodeSplitFrom = 1, 9
+	for _, c := range []struct{ name, merge string }{
+		{"synth:qwen3-0.6b/Q8_0", "AttentionMergeQ8_0"}, {"synth:llama-3.2-1b/Q4_K_M", "AttentionMerge"},
+	} {
+		m := loadModel(t, c.name)
+		p, err := newPlan(m, 64, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers := m.Graph.Hyper.Int("block_count")
+		count := map[string]int{}
+		for _, l := range p.long {
+			switch {
+			case strings.HasPrefix(l.k.Name, "AttentionBlockSplit"):
+				count["split"]++
+			case strings.HasPrefix(l.k.Name, c.merge):
+				count["merge"]++
+			case strings.HasPrefix(l.k.Name, "AttentionBlock"):
+				count["block"]++
+			}
+		}
+		if count["split"] != layers || count["merge"] != layers || count["block"] != 0 || len(p.long) != len(p.launches)+layers || p.longFrom != decodeSplitFrom {
+			t.Errorf("%s: long step %v of %d launches from %d, want %d splits and %s merges, %d launches from %d",
+				c.name, count, len(p.long), p.longFrom, layers, c.merge, len(p.launches)+layers, decodeSplitFrom)
+		}
+		cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agree(t, cpu, newHostExec(p), 20, tolerance(c.name))
+		cpu.Close()
+		short, err := newPlan(m, decodeSplitFrom, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if short.long != nil {
+			t.Errorf("%s: a long step in a context of %d positions", c.name, decodeSplitFrom)
+		}
+	}
+}
+
 // Every kernel the runner needs for the test models renders for sm_90, as
 // one module, and its launch plan is a grid (or a one-thread kernel).
 func TestKernelsRender(t *testing.T) {
@@ -616,4 +667,46 @@ func TestQ6_KAPlanMatchesCPU(t *testing.T) {
 	defer cpu.Close()
 	agree(t, cpu, newHostExec(plans["1"]), 2, tolerance(name))
 	agree(t, newHostExec(plans["0"]), newHostExec(plans["1"]), 2, 1e-3)
+}
+
+// A repacked upload rewrites its bytes a bounded chunk at a time (the
+// chunks meet at whole Q6_KA groups) into what one whole repack gives, over
+// init bytes and over a stack's parts; a run of bytes that is not whole
+// groups is an error, not a short upload.
+func TestRepackedUploadInChunks(t *testing.T) {
+	groups := repackChunk/ops.Q6_KA.Bytes*2 + 3 // two chunks and a short third
+	src := make([]byte, groups*ops.Q6_KA.Bytes)
+	for i := range src {
+		src[i] = byte(i*131 + i>>9)
+	}
+	want := make([]byte, len(src))
+	if err := ops.RepackQ6_KA(want, src); err != nil {
+		t.Fatal(err)
+	}
+	rp := &repack{ops.RepackQ6_KA, ops.Q6_KA.Bytes}
+	cut := 5 * ops.Q6_KA.Bytes
+	for name, a := range map[string]alloc{
+		"init":  {name: "w", n: len(src), init: src, repack: rp},
+		"parts": {name: "w", n: len(src), parts: [][]byte{src[:cut], src[cut:]}, repack: rp},
+	} {
+		got := make([]byte, len(src))
+		calls, most := 0, 0
+		if err := a.initBytes(func(off int, b []byte) error {
+			copy(got[off:], b)
+			calls, most = calls+1, max(most, len(b))
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: chunked repack differs from the whole one", name)
+		}
+		if most > repackChunk || calls < 3 {
+			t.Errorf("%s: %d uploads, the largest %d bytes: want chunks of at most %d", name, calls, most, repackChunk)
+		}
+	}
+	bad := alloc{name: "w", n: 100, init: src[:100], repack: rp}
+	if err := bad.initBytes(func(int, []byte) error { return nil }); err == nil {
+		t.Error("100 bytes repacked as Q6_KA: no error")
+	}
 }

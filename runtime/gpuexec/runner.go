@@ -26,10 +26,12 @@ type Runner struct {
 	mod     *cuda.Module
 	bufs    []cuda.Buffer
 	calls   []call // a one-row step
+	lcalls  []call // a one-row step from position p.longFrom (plan.long), nil where there is none
 	pcalls  []call // a prefill step
 	graph   *cuda.Graph
-	noGraph bool  // plain launches (SetGraphs(false), or capture failed)
-	capErr  error // why capture failed, if it did
+	lgraph  *cuda.Graph // lcalls captured
+	noGraph bool        // plain launches (SetGraphs(false), or capture failed)
+	capErr  error       // why capture failed, if it did
 
 	pos      int
 	stepHost []byte // the step bytes, in pinned
@@ -159,7 +161,7 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 		// that an early launch only takes the GPU's room, and rendered
 		// with the waits they ran 9% slower even launched as usual (H200)
 		decode := map[*kernel.Kernel]bool{am: true}
-		for _, l := range p.launches {
+		for _, l := range append(p.launches[:len(p.launches):len(p.launches)], p.long...) {
 			decode[l.k] = true
 		}
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }
@@ -226,6 +228,11 @@ func (r *Runner) bind() error {
 	}
 	if r.calls, err = r.bindCalls(p.launches, tg, fns, true); err != nil {
 		return err
+	}
+	if p.long != nil {
+		if r.lcalls, err = r.bindCalls(p.long, tg, fns, true); err != nil {
+			return err
+		}
 	}
 	// prefill kernels run long and fill the GPU: launched early they only
 	// take its room (1B pp512 60836 -> 44872 tok/s on the H200), so they
@@ -384,8 +391,10 @@ func allowShared(fn *cuda.Function, n int) error {
 
 // Close frees the runner's device memory, module, graph and stream.
 func (r *Runner) Close() {
-	if r.graph != nil {
-		r.graph.Destroy()
+	for _, g := range []*cuda.Graph{r.graph, r.lgraph} {
+		if g != nil {
+			g.Destroy()
+		}
 	}
 	for _, b := range r.bufs {
 		b.Free()
@@ -427,9 +436,11 @@ func (r *Runner) Truncate(n int) {
 // off (plain launches, one per kernel, every step).
 func (r *Runner) SetGraphs(on bool) {
 	r.noGraph = !on
-	if !on && r.graph != nil {
-		r.graph.Destroy()
-		r.graph = nil
+	for _, g := range []**cuda.Graph{&r.graph, &r.lgraph} {
+		if !on && *g != nil {
+			(*g).Destroy()
+			*g = nil
+		}
 	}
 }
 
@@ -578,21 +589,26 @@ func (r *Runner) prefillStep(toks []int32, out []float32, keep bool) error {
 	return r.finish(r.p.plogits, out, keep)
 }
 
-// enqueue puts the step's work on the stream: the captured graph, captured
-// on first use, or every launch.
+// enqueue puts the one-row step at r.pos on the stream: the short or the
+// long step's (plan.long) captured graph, captured on first use, or every
+// launch.
 func (r *Runner) enqueue() error {
-	if !r.noGraph && r.graph == nil {
-		g, err := r.s.Capture(r.launchAll)
+	calls, graph := r.calls, &r.graph
+	if r.lcalls != nil && r.pos >= r.p.longFrom { // as plan.decodeAt
+		calls, graph = r.lcalls, &r.lgraph
+	}
+	if !r.noGraph && *graph == nil {
+		g, err := r.s.Capture(func() error { return launchCalls(calls, r.s) })
 		if err != nil {
 			r.noGraph, r.capErr = true, err
 		} else {
-			r.graph = g
+			*graph = g
 		}
 	}
-	if r.graph != nil && !r.noGraph {
-		return r.graph.Launch(r.s)
+	if *graph != nil && !r.noGraph {
+		return (*graph).Launch(r.s)
 	}
-	return r.launchAll()
+	return launchCalls(calls, r.s)
 }
 
 func (r *Runner) launchAll() error { return launchCalls(r.calls, r.s) }

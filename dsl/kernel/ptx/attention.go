@@ -38,9 +38,13 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	}
 	scale := f.reg(cF32)
 	f.ins("mul.f32 %s, %s, 0f3FB8AA3B", scale, f.expr(s.Args[10])) // log2 e
-	var qargs []string
+	var qargs, span []string                                       // the Q8_0 output's Ints, or a partial's range
 	for _, a := range s.Args[11:] {
-		qargs = append(qargs, f.r64(a))
+		if s.Part {
+			span = append(span, f.r64(a))
+		} else {
+			qargs = append(qargs, f.r64(a))
+		}
 	}
 	qb, kb, vb, yb := f.buf(s.Buf), f.buf(s.Buf2), f.buf(s.Buf3), f.buf(s.Out)
 	if qb == nil || kb == nil || vb == nil || yb == nil {
@@ -66,6 +70,16 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.ins("cvt.u32.u64 %s, %s", first32, first)
 	f.ins("add.u32 %s, %s, %s", limA, first32, w)
 	f.ins("add.u32 %s, %s, 8", limB, limA)
+	// a partial's range: blocks from lo's, positions below hi
+	jb0, hi32 := "0", ""
+	if s.Part {
+		jb0, hi32 = f.reg(c32), f.reg(c32)
+		f.ins("cvt.u32.u64 %s, %s", jb0, span[0])
+		f.ins("shr.u32 %s, %s, %d", jb0, jb0, log2(kernel.AttnBlock))
+		f.ins("cvt.u32.u64 %s, %s", hi32, span[1])
+		f.ins("min.u32 %s, %s, %s", limA, limA, hi32)
+		f.ins("min.u32 %s, %s, %s", limB, limB, hi32)
+	}
 	// the query's A fragments: k step ks's a0 a1 a2 a3 are rows ra, rb at
 	// 16ks + 2t and rows ra, rb at 16ks + 8 + 2t
 	qa := make([][4]string, hd/16)
@@ -104,6 +118,12 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.ins("add.u32 %s, %s, %s", nb, nb, first32)
 	f.ins("add.u32 %s, %s, %d", nb, nb, kernel.AttnBlock-2)
 	f.ins("shr.u32 %s, %s, %d", nb, nb, log2(kernel.AttnBlock))
+	if s.Part {
+		hb := f.reg(c32)
+		f.ins("add.u32 %s, %s, %d", hb, hi32, kernel.AttnBlock-1)
+		f.ins("shr.u32 %s, %s, %d", hb, hb, log2(kernel.AttnBlock))
+		f.ins("min.u32 %s, %s, %s", nb, nb, hb)
+	}
 
 	// copies: thread tid takes chunk tid%cpr of rows tid/cpr + pass·(T/cpr)
 	cpr := hd / 8
@@ -134,6 +154,11 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		f.ins("add.s64 %s, %s, %s", cc.ptr, c.b.addr, r)
 		f.ins("mul.lo.s64 %s, %s, %d", cc.passBytes, c.stride, 2*pass)
 		f.ins("mul.lo.s64 %s, %s, %d", cc.blockBytes, c.stride, 2*kernel.AttnBlock)
+		if s.Part { // from the range's first block
+			b0 := f.reg(c64)
+			f.ins("cvt.u64.u32 %s, %s", b0, jb0)
+			f.ins("mad.lo.s64 %s, %s, %s, %s", cc.ptr, b0, cc.blockBytes, cc.ptr)
+		}
 		copies[i] = cc
 	}
 	// copyBlock copies the block at the pointers into the stage at dst and
@@ -180,13 +205,25 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.ins("mov.u32 %s, %s", smem, f.smemName())
 	wbase := f.reg(c32)
 	f.ins("add.u32 %s, %s, %s", wbase, smem, laneW)
-	copyBlock(wbase)
+	p := f.reg(cPred)
+	if s.Part {
+		// the first block into its stage (jb0's parity), none for an
+		// empty range
+		empty, first := f.label(), f.reg(c32)
+		f.ins("setp.ge.u32 %s, %s, %s", p, jb0, nb)
+		f.ins("@%s bra %s", p, empty)
+		f.ins("and.b32 %s, %s, 1", first, jb0)
+		f.ins("mad.lo.u32 %s, %s, %d, %s", first, first, stage, wbase)
+		copyBlock(first)
+		f.place(empty)
+	} else {
+		copyBlock(wbase)
+	}
 	f.ins("cp.async.commit_group")
 
 	jb := f.reg(c32)
-	f.ins("mov.u32 %s, 0", jb)
+	f.ins("mov.u32 %s, %s", jb, jb0)
 	top, done, noCopy := f.label(), f.label(), f.label()
-	p := f.reg(cPred)
 	f.place(top)
 	f.ins("setp.ge.u32 %s, %s, %s", p, jb, nb)
 	f.ins("@%s bra %s", p, done)
@@ -240,9 +277,19 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	for h, m := range []string{mA, mB} {
 		f.quadFold("max.f32", mx[h])
 		f.ins("max.f32 %s, %s, %s", mx[h], mx[h], m)
+		newM := mx[h]
+		if s.Part {
+			// a row with no position in the range yet keeps m = −Inf, its
+			// weights taken against 0 (0, not exp(−Inf + Inf))
+			none := f.reg(cPred)
+			newM = f.reg(cF32)
+			f.ins("mov.f32 %s, %s", newM, mx[h])
+			f.ins("setp.eq.f32 %s, %s, 0fFF800000", none, mx[h])
+			f.ins("selp.f32 %s, 0f00000000, %s, %s", mx[h], mx[h], none)
+		}
 		f.ins("sub.f32 %s, %s, %s", alpha[h], m, mx[h])
 		f.ins("ex2.approx.ftz.f32 %s, %s", alpha[h], alpha[h])
-		f.ins("mov.f32 %s, %s", m, mx[h])
+		f.ins("mov.f32 %s, %s", m, newM)
 		f.ins("mov.f32 %s, 0f00000000", sum[h])
 	}
 	for n := range sc {
@@ -281,10 +328,13 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.place(done)
 	f.ins("bar.sync 0") // the next grid iteration's copies may refill either stage
 
-	// the rows' sums over their quads, the outputs divided by them
+	// the rows' sums over their quads, the outputs divided by them (a
+	// partial's left as they are, its maxima back in natural units)
 	for _, lsum := range []string{lA, lB} {
 		f.quadFold("add.f32", lsum)
-		f.ins("rcp.rn.f32 %s, %s", lsum, lsum)
+		if !s.Part {
+			f.ins("rcp.rn.f32 %s, %s", lsum, lsum)
+		}
 	}
 	for h, r := range []string{ra, rb} {
 		ok, addr, tc := f.reg(cPred), f.reg(c64), f.reg(c64)
@@ -296,6 +346,17 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		f.ins("shl.b64 %s, %s, 2", addr, addr)
 		f.ins("add.s64 %s, %s, %s", addr, yb.addr, addr)
 		inv := []string{lA, lB}[h]
+		if s.Part {
+			for n := range o {
+				f.ins("@%s st.global.v2.f32 [%s+%d], {%s, %s}", ok, addr, 32*n, o[n][2*h], o[n][2*h+1])
+			}
+			// lane t = 0 of the quad stores the row's m and l after its values
+			mn, q0 := f.reg(cF32), f.reg(cPred)
+			f.ins("mul.f32 %s, %s, 0f3F317218", mn, []string{mA, mB}[h]) // ln 2
+			f.ins("setp.eq.and.u32 %s, %s, 0, %s", q0, t4, ok)
+			f.ins("@%s st.global.v2.f32 [%s+%d], {%s, %s}", q0, addr, 4*hd, mn, inv)
+			continue
+		}
 		vals := make([][2]string, len(o))
 		for n := range o {
 			x0, x1 := f.reg(cF32), f.reg(cF32)

@@ -195,3 +195,47 @@ func TestBlockAttentionQ8_0Renders(t *testing.T) {
 		}
 	}
 }
+
+// A partial block attention (BlockAttentionPart) stores its rows' outputs
+// unnormalized (no reciprocal of the sums), then each row's maximum back in
+// natural units and its sum as a pair from lane 0 of the quad; its copies
+// start at the range's block (a guarded prologue) and its positions end
+// below the range's bound.
+func TestBlockAttentionPartRenders(t *testing.T) {
+	const hd = 64
+	b := k.New("attnpart")
+	q, kc, vc, y := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16), b.Buffer("y", k.F32)
+	b.ParallelFor("c", 0, 8, func(c k.Expr) {
+		lo := c.Mul(128)
+		b.BlockAttentionPart(k.AttnShape{Warps: 1, HD: hd},
+			k.TileOperand{Buf: q, Off: k.I(0), Stride: k.I(hd), Rows: k.I(1)},
+			k.TileOperand{Buf: kc, Off: k.I(0), Stride: k.I(hd)}, k.TileOperand{Buf: vc, Off: k.I(0), Stride: k.I(hd)},
+			k.TileOperand{Buf: y, Off: c.Mul(hd + 2), Stride: k.I(hd + 2)}, k.I(1000), lo, lo.Add(128), k.F(0.125))
+	})
+	src, _ := renderSM90(t, b.MustBuild())
+	// rows g and g+8 a lane: hd/8 output pairs and an (m, l) pair each, m
+	// times ln 2 each; the range's bound taken into both rows' limits and
+	// the block count; 2 caches × 2 copies (prologue, loop) × 16 rows
+	for ins, want := range map[string]int{
+		"rcp.rn.f32": 0, "0f3F317218": 2, "st.global.v2.f32": 2*hd/8 + 2, "min.u32": 3, "cp.async.cg.shared.global": 2 * 2 * 16,
+	} {
+		if got := strings.Count(src, ins); got != want {
+			t.Errorf("%s: %d, want %d", ins, got, want)
+		}
+	}
+	if !strings.Contains(src, "setp.eq.and.u32") {
+		t.Error("no quad lane 0 predicate for the maximum and sum")
+	}
+	// the plain form is unchanged by the partial's registers
+	b2 := k.New("attnwhole")
+	q2, kc2, vc2, y2 := b2.Buffer("q", k.F32), b2.Buffer("kc", k.U16), b2.Buffer("vc", k.U16), b2.Buffer("y", k.F32)
+	b2.ParallelFor("c", 0, 8, func(c k.Expr) {
+		b2.BlockAttention(k.AttnShape{Warps: 1, HD: hd},
+			k.TileOperand{Buf: q2, Off: k.I(0), Stride: k.I(hd), Rows: k.I(1)},
+			k.TileOperand{Buf: kc2, Off: k.I(0), Stride: k.I(hd)}, k.TileOperand{Buf: vc2, Off: k.I(0), Stride: k.I(hd)},
+			k.TileOperand{Buf: y2, Off: c.Mul(hd), Stride: k.I(hd)}, k.I(1000), k.F(0.125), nil)
+	})
+	if whole, _ := renderSM90(t, b2.MustBuild()); strings.Contains(whole, "0f3F317218") || strings.Count(whole, "rcp.rn.f32") != 2 {
+		t.Error("the whole attention renders a partial's store or lacks its reciprocals")
+	}
+}
