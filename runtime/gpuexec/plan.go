@@ -127,10 +127,34 @@ type plan struct {
 	hidden        bool  // a stage graph ending in hidden rows (stage.go), not logits
 	input, pinput view  // a stage's rows node, one-row and prefill steps (n 0: it takes tokens)
 
-	// tuned holds measured shapes of decode mat-vecs (tune.go), by
-	// matrix; dots lists the plan's decode mat-vecs, each once
-	tuned map[dotKey]ops.DotShape
-	dots  []dotKey
+	// tuned holds measured shapes of decode mat-vecs and prefill products
+	// (tune.go); dots and products list the plan's, each once
+	tuned    tunings
+	dots     []dotKey
+	products []blockKey
+}
+
+// tunings are shapes measured on a device (tune.go): of decode mat-vecs
+// and of prefill products on the tensor cores, by their keys.
+type tunings struct {
+	dots   map[dotKey]ops.DotShape
+	blocks map[blockKey]kernel.BlockShape
+}
+
+// blockKey is one prefill product on the tensor cores (MatMulBlock, f16
+// operands): activation rows, weight rows n and columns k.
+type blockKey struct{ rows, n, k int }
+
+// blockShape is the CTA block of product b: its tuned one, else the
+// rule's (prefillBlock), and records b among the plan's products.
+func (p *plan) blockShape(b blockKey) kernel.BlockShape {
+	if !slices.Contains(p.products, b) {
+		p.products = append(p.products, b)
+	}
+	if sh, ok := p.tuned.blocks[b]; ok && slices.Contains(prefillBlocks, sh) {
+		return sh
+	}
+	return prefillBlock(b.rows, b.n)
 }
 
 // dotKey is one integer decode mat-vec: store form, weight type, output
@@ -148,7 +172,7 @@ func (p *plan) dotShape(d dotKey) ops.DotShape {
 		p.dots = append(p.dots, d)
 	}
 	rule := dotShape(d.form, d.t, d.rows)
-	if sh, ok := p.tuned[d]; ok && d.rows%sh.Rows == 0 {
+	if sh, ok := p.tuned.dots[d]; ok && d.rows%sh.Rows == 0 {
 		sh.Prefetch = rule.Prefetch // its gain is the overlap with the kernel before, which a lone launch cannot time
 		return sh
 	}
@@ -263,12 +287,12 @@ func newPlan(m *exec.Model, context, rows int) (*plan, error) {
 // the runner binds, instead of decoding it into a shared scratch every step
 // (DequantF16 was 11% of a 512-row step of the 1B on the H200).
 func newPlanTiles(m *exec.Model, context, rows int, tiles bool, f16Budget int64) (*plan, error) {
-	return newPlanTuned(m, context, rows, tiles, f16Budget, nil)
+	return newPlanTuned(m, context, rows, tiles, f16Budget, tunings{})
 }
 
-// newPlanTuned is newPlanTiles with the decode mat-vecs of tuned in their
-// measured shapes (tune.go).
-func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64, tuned map[dotKey]ops.DotShape) (*plan, error) {
+// newPlanTuned is newPlanTiles with the decode mat-vecs and prefill
+// products of tuned in their measured shapes (tune.go).
+func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64, tuned tunings) (*plan, error) {
 	g := m.Graph
 	rows = max(rows, 1)
 	p := &plan{context: context, vocab: m.VocabSize(), rows: rows, kvRows: context + rows - 1 + kernel.AttnBlock - 1, tiles: tiles, f16Left: f16Budget, tuned: tuned}
@@ -607,7 +631,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 							wh = view{wf16, 0, nw}
 							p.call(i, dequant, wv, wh)
 						}
-						sh := prefillBlock(xr, n.Cols)
+						sh := p.blockShape(blockKey{xr, n.Cols, cols})
 						p.call(i, cached("MatMulBlockF16 "+sh.String(), func() *kernel.Kernel { return ops.MatMulBlock(sh, kernel.U16) }), x, wh, y, cols)
 						tiled = true
 						break

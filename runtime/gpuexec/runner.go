@@ -94,20 +94,20 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 		c.Close()
 		return nil, fmt.Errorf("gpuexec: %w", err)
 	}
-	var tuned map[dotKey]ops.DotShape
-	if opt.Tune != tune.Off { // the decode mat-vecs' shapes measured on this device (tune.go)
+	var tuned tunings
+	if opt.Tune != tune.Off { // the decode mat-vecs' and prefill products' shapes measured on this device (tune.go)
 		var cache *tune.Cache
 		if opt.TuneDir != "" {
 			cache = tune.AtDevice(opt.TuneDir, deviceKey(c))
 		} else {
 			cache = tune.DefaultDevice(deviceKey(c))
 		}
-		if tuned, err = tuneDots(c, p, opt.Tune, cache); err != nil {
+		if tuned, err = tunePlan(c, p, deviceTarget(c), opt.Tune, cache); err != nil {
 			// the rules' shapes serve wherever a measurement failed (a
 			// device short of memory for the pool, say): tuning only speeds
-			tune.Warnf("CUDA mat-vec shapes: %v; the rest keep the default shapes", err)
+			tune.Warnf("CUDA kernel shapes: %v; the rest keep the default shapes", err)
 		}
-		if len(tuned) > 0 { // else the plan is the one at hand
+		if len(tuned.dots)+len(tuned.blocks) > 0 { // else the plan is the one at hand
 			if p, err = newPlanTuned(m, opt.Context, rows, tiles, 0, tuned); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("gpuexec: %w", err)
@@ -173,8 +173,7 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 
 func (r *Runner) bind() error {
 	p := r.p
-	tg := ptx.ForDevice(r.c.Device.Major, r.c.Device.Minor)
-	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
+	tg := deviceTarget(r.c)
 	src, ks, tg, am, err := render(p, tg, dependentLaunch(tg))
 	if err != nil {
 		return err
@@ -368,6 +367,13 @@ func (c *call) launch(s *cuda.Stream) error {
 // JITLLM_DEPENDENT_LAUNCH=0.
 func dependentLaunch(tg ptx.Target) bool {
 	return tg.SM >= 90 && cuda.CanLaunchDependent() && os.Getenv("JITLLM_DEPENDENT_LAUNCH") != "0"
+}
+
+// deviceTarget is the PTX target the runner renders for c's device.
+func deviceTarget(c *cuda.Context) ptx.Target {
+	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
+	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
+	return tg
 }
 
 // useWGMMA says whether the prefill products run on sm_90a's warpgroup

@@ -1,8 +1,8 @@
 package gpuexec
 
 import (
+	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 
@@ -23,6 +23,12 @@ import (
 // choice per device and build (runtime/tune), so later runs read it. A
 // shape never changes a result beyond the float order of its tree
 // (TestGPUMatchesCPU holds the tuned runner to the CPU's tokens).
+
+// Prefill products are tuned the same way: each MatMulBlock product of the
+// plan (activation rows, weight rows, columns) timed in every CTA block of
+// prefillBlocks on random f16 operands, the rule's (prefillBlock: the
+// largest block that still gives the H200's 132 SMs a CTA each) kept
+// unless another is tuneMargin faster.
 
 // tuneMargin is how much faster than the rule's shape another must time
 // to replace it: launches vary by a few percent from run to run.
@@ -72,6 +78,178 @@ func dotCandidates(d dotKey, mode tune.Mode) []ops.DotShape {
 func deviceKey(c *cuda.Context) string {
 	v, _ := cuda.DriverVersion()
 	return fmt.Sprintf("%s sm_%d%d %d SMs driver %d", c.Device.Name, c.Device.Major, c.Device.Minor, c.Device.Multiprocessors, v)
+}
+
+// tunePlan measures (or reads from cache) the shapes of p's decode
+// mat-vecs and, on a device with tensor cores, of its prefill products in
+// tg's rendering. On errors it returns the shapes it has with them.
+func tunePlan(c *cuda.Context, p *plan, tg ptx.Target, mode tune.Mode, cache *tune.Cache) (tunings, error) {
+	dots, derr := tuneDots(c, p, mode, cache)
+	blocks, berr := tuneBlocks(c, p, tg, mode, cache)
+	return tunings{dots: dots, blocks: blocks}, errors.Join(derr, berr)
+}
+
+// tuneShape is the cache's key of product b rendered for tg (mma.sync or
+// wgmma).
+func (b blockKey) tuneShape(tg ptx.Target) tune.Shape {
+	order := "MatMulBlockF16"
+	if tg.WGMMA {
+		order += "WGMMA"
+	}
+	return tune.Shape{Op: "prefill", Type: "F16", Order: order, ISA: "ptx", In: b.k, Out: b.n, Batch: b.rows}
+}
+
+// tunedBlock is the block shape of tuning parameters, ok where they name
+// one of prefillBlocks.
+func tunedBlock(pr tune.Params) (kernel.BlockShape, bool) {
+	sh := kernel.BlockShape{WM: pr.WarpsM, WN: pr.WarpsN, M: pr.TilesM, N: pr.TilesN}
+	return sh, slices.Contains(prefillBlocks, sh)
+}
+
+// blockCandidates are the blocks tried for product b: the rule's first,
+// then the others of prefillBlocks.
+func blockCandidates(b blockKey) []kernel.BlockShape {
+	out := []kernel.BlockShape{prefillBlock(b.rows, b.n)}
+	for _, sh := range prefillBlocks {
+		if !slices.Contains(out, sh) {
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// blockBytes is the bytes product b's operands and output take: the f16
+// activations and weights and the f32 output, each rounded up to 256.
+func blockBytes(b blockKey) (x, w, y uint64) {
+	up := func(n int) uint64 { return (uint64(n) + 255) &^ 255 }
+	return up(2 * b.rows * b.k), up(2 * b.n * b.k), up(4 * b.rows * b.n)
+}
+
+// tuneBlocks returns the blocks of p's prefill products that the cache
+// holds and, for the others, measures them now on c (products whose
+// operands outgrow the timer's pool keep the rule's).
+func tuneBlocks(c *cuda.Context, p *plan, tg ptx.Target, mode tune.Mode, cache *tune.Cache) (map[blockKey]kernel.BlockShape, error) {
+	out := map[blockKey]kernel.BlockShape{}
+	var todo []blockKey
+	for _, b := range p.products {
+		if pr, ok := cache.Get(b.tuneShape(tg)); ok {
+			if sh, ok := tunedBlock(pr); ok {
+				out[b] = sh
+				continue
+			}
+		}
+		x, w, y := blockBytes(b)
+		if x+w+y <= dotPool {
+			todo = append(todo, b)
+		}
+	}
+	if len(todo) == 0 || mode == tune.Off {
+		return out, nil
+	}
+	if c == nil {
+		return out, fmt.Errorf("%d prefill products to measure and no device", len(todo))
+	}
+	t, err := newDotTimer(c)
+	if err != nil {
+		return out, err
+	}
+	defer t.close()
+	for _, b := range todo {
+		sh, err := t.bestBlock(b, tg, blockCandidates(b))
+		if err != nil {
+			return out, fmt.Errorf("tuning the prefill product %d×%d×%d: %w", b.rows, b.n, b.k, err)
+		}
+		out[b] = sh
+		cache.Put(b.tuneShape(tg), tune.Params{WarpsM: sh.WM, WarpsN: sh.WN, TilesM: sh.M, TilesN: sh.N})
+	}
+	return out, nil
+}
+
+// bestBlock times product b in each block of shapes (the first the
+// rule's) on operands from the pool (random finite f16s) and returns the
+// fastest, the first unless another beats it by tuneMargin.
+func (t *dotTimer) bestBlock(b blockKey, tg ptx.Target, shapes []kernel.BlockShape) (kernel.BlockShape, error) {
+	ks := make([]*kernel.Kernel, len(shapes))
+	for i, sh := range shapes {
+		ks[i] = ops.MatMulBlock(sh, kernel.U16)
+	}
+	src, err := ptx.Module(ks, tg)
+	if err != nil {
+		return kernel.BlockShape{}, err
+	}
+	mod, err := t.c.LoadPTX(src)
+	if err != nil {
+		return kernel.BlockShape{}, err
+	}
+	defer mod.Unload()
+	xb, wb, _ := blockBytes(b)
+	x, w, y := t.pool.Ptr, t.pool.Ptr+xb, t.pool.Ptr+xb+wb
+	nx, nw, ny := b.rows*b.k, b.n*b.k, b.rows*b.n
+	a := cuda.NewArgs(7)
+	for i, v := range []uint64{x, uint64(nx), w, uint64(nw), y, uint64(ny), uint64(b.k)} {
+		a.Set(i, v)
+	}
+	times := make([]float64, len(ks))
+	for i, k := range ks {
+		fn, err := mod.Function(k.Name)
+		if err != nil {
+			return kernel.BlockShape{}, err
+		}
+		grid, blk, shared, err := launchShape(k, tg, ptx.Elems(nx), ptx.Elems(nw), ptx.Elems(ny), b.k)
+		if err != nil {
+			return kernel.BlockShape{}, err
+		}
+		if err := allowShared(fn, int(shared)); err != nil {
+			return kernel.BlockShape{}, err
+		}
+		if times[i], err = t.time(2, 5, func() error { return fn.Launch(grid, blk, shared, t.s, a) }); err != nil {
+			return kernel.BlockShape{}, err
+		}
+	}
+	return shapes[fastest(times)], nil
+}
+
+// time is run's mean device time in µs over reps runs after warm ones.
+func (t *dotTimer) time(warm, reps int, run func() error) (float64, error) {
+	for range warm {
+		if err := run(); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.e0.Record(t.s); err != nil {
+		return 0, err
+	}
+	for range reps {
+		if err := run(); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.e1.Record(t.s); err != nil {
+		return 0, err
+	}
+	if err := t.e1.Synchronize(); err != nil {
+		return 0, err
+	}
+	ms, err := t.e1.Since(t.e0)
+	if err != nil {
+		return 0, err
+	}
+	return 1000 * float64(ms) / float64(reps), nil
+}
+
+// fastest is the index of the least of times, 0 (the rule's) unless
+// another is tuneMargin less.
+func fastest(times []float64) int {
+	best := 0
+	for i, us := range times {
+		if us < times[best] {
+			best = i
+		}
+	}
+	if times[best] > times[0]*(1-tuneMargin) {
+		return 0
+	}
+	return best
 }
 
 // tuneDots returns the shapes of p's decode mat-vecs that the cache holds
@@ -236,8 +414,7 @@ func (t *dotTimer) best(d dotKey, shapes []ops.DotShape) (ops.DotShape, error) {
 	xq, xd := scratch.Ptr, scratch.Ptr+uint64(d.cols)
 	res := xd + 4*uint64(d.cols/qk)
 	y := res + 4*uint64(d.rows)
-	best, bestUs := 0, math.Inf(1)
-	var first float64
+	times := make([]float64, len(ks))
 	for i, k := range ks {
 		fn, err := mod.Function(k.Name)
 		if err != nil {
@@ -268,40 +445,10 @@ func (t *dotTimer) best(d dotKey, shapes []ops.DotShape) (ops.DotShape, error) {
 			}
 			return fn.Launch(grid, blk, shared, t.s, a)
 		}
-		const warm, reps = 3, 20
-		for j := range warm {
-			if err := launch(uint64(j) % slots); err != nil {
-				return ops.DotShape{}, err
-			}
-		}
-		if err := t.e0.Record(t.s); err != nil {
+		slot := uint64(0)
+		if times[i], err = t.time(3, 20, func() error { slot++; return launch(slot % slots) }); err != nil {
 			return ops.DotShape{}, err
-		}
-		for j := range reps {
-			if err := launch(uint64(warm+j) % slots); err != nil {
-				return ops.DotShape{}, err
-			}
-		}
-		if err := t.e1.Record(t.s); err != nil {
-			return ops.DotShape{}, err
-		}
-		if err := t.e1.Synchronize(); err != nil {
-			return ops.DotShape{}, err
-		}
-		ms, err := t.e1.Since(t.e0)
-		if err != nil {
-			return ops.DotShape{}, err
-		}
-		us := 1000 * float64(ms) / reps
-		if i == 0 {
-			first = us
-		}
-		if us < bestUs {
-			best, bestUs = i, us
 		}
 	}
-	if bestUs > first*(1-tuneMargin) {
-		best = 0
-	}
-	return shapes[best], nil
+	return shapes[fastest(times)], nil
 }

@@ -82,6 +82,12 @@ type Params struct {
 	// of Threads threads, Unroll units a thread's trip
 	Threads int `json:"threads,omitempty"`
 	Unroll  int `json:"unroll,omitempty"`
+	// a GPU prefill product's CTA block (runtime/gpuexec, dsl/kernel's
+	// BlockShape): WarpsM×WarpsN warps of TilesM×TilesN mma pieces
+	WarpsM int `json:"warps_m,omitempty"`
+	WarpsN int `json:"warps_n,omitempty"`
+	TilesM int `json:"tiles_m,omitempty"`
+	TilesN int `json:"tiles_n,omitempty"`
 }
 
 // Shape identifies one tuned op: its kind, the kernel that runs it, and
