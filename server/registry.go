@@ -169,13 +169,14 @@ func memoryOf(m *generate.Model, device string, ctx, slots int) (MemoryInfo, err
 	}
 	mi := MemoryInfo{Weights: est.Weights, KV: est.KV * int64(slots), Activations: est.Activations}
 	if device == "cuda" {
-		// Each CUDA slot is a runner of its own: its device memory is
-		// weights, KV and buffers (gpuexec's own plan).
-		b, err := gpuexec.EstimateBytes(m.Exec, est.Context)
+		// The CUDA slots are runners sharing one upload of the weights
+		// (gpuexec.Runner.Share), each with its own KV and buffers
+		// (gpuexec's own plan).
+		shared, own, err := gpuexec.EstimateShared(m.Exec, est.Context)
 		if err != nil {
 			return MemoryInfo{}, err
 		}
-		mi.Total = b * int64(slots)
+		mi.Total = shared + own*int64(slots)
 		return mi, nil
 	}
 	mi.Total = mi.Weights + mi.KV + mi.Activations + est.Graph
@@ -341,7 +342,15 @@ func (p *pool) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := 0; i < p.max; i++ {
-		sess, err := p.m.NewSessionOn("cuda", p.opt)
+		// the first session uploads the weights, the rest share them
+		var sess *generate.Session
+		var err error
+		if i > 0 {
+			sess, err = p.own[0].Share()
+		}
+		if sess == nil {
+			sess, err = p.m.NewSessionOn("cuda", p.opt)
+		}
 		if err != nil {
 			for _, s := range p.own {
 				s.Close()

@@ -82,7 +82,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a session per model (more: 429)")
 	queueWait := fs.Duration("queue-wait", 30*time.Second, "longest wait for a session (then 503)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
-	devs := fs.String("devices", "cpu", "where models run: "+devices.Names+" (cuda: one GPU session per -max-sessions slot)")
+	devs := fs.String("devices", "cpu", "where models run: "+devices.Names+" (cuda: one GPU session per -max-sessions slot, all sharing one copy of the weights)")
 	ctl := fs.Bool("control", true, "serve the control plane (Connect API: models, devices, sessions) on the same address")
 	var loadDirs list
 	fs.Var(&loadDirs, "load-dir", "the control plane may load model files from under this directory (repeatable; -models DIR and the directories of -load files are included)")

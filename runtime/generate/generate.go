@@ -11,6 +11,7 @@ import (
 
 	"github.com/jitllm/jitllm/runtime/devices"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/gpuexec"
 	"github.com/jitllm/jitllm/runtime/sample"
 	"github.com/jitllm/jitllm/runtime/tokenizer"
 	"github.com/jitllm/jitllm/runtime/weights"
@@ -147,6 +148,28 @@ func (m *Model) NewSessionOn(device string, opt exec.Options) (*Session, error) 
 		return nil, err
 	}
 	return &Session{m: m, r: r, st: &seqState{}}, nil
+}
+
+// Share returns a new session for a sequence of its own on s's device that
+// holds s's weights in common with it, not a copy (a GPU runner's
+// gpuexec.Runner.Share: the server's sessions of one model), or an error
+// where s's runner cannot share (the CPU's and split runners: make one with
+// NewSessionOn).
+func (s *Session) Share() (*Session, error) {
+	sr, ok := s.r.(sharer)
+	if !ok {
+		return nil, fmt.Errorf("a %T does not share its weights", s.r)
+	}
+	r, err := sr.Share()
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: s.m, r: r, st: &seqState{}}, nil
+}
+
+// sharer is a runner that makes runners sharing its weights.
+type sharer interface {
+	Share() (*gpuexec.Runner, error)
 }
 
 // Close stops the session's workers.

@@ -44,3 +44,27 @@ func TestSessionOnSplit(t *testing.T) {
 		}
 	}
 }
+
+// Share makes a session that holds the weights in common only where the
+// runner can (a GPU runner): the CPU's and a split's say they cannot, and
+// the session they were asked of keeps working.
+func TestShareNeedsASharingRunner(t *testing.T) {
+	m, err := Open(td + "stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, dev := range []string{"cpu", "cpu,cpu"} {
+		s, err := m.NewSessionOn(dev, exec.Options{Threads: 1, MaxBatch: 4, Context: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, err := s.Share(); err == nil || o != nil {
+			t.Errorf("%s: shared (%v)", dev, err)
+		}
+		if _, err := s.Generate(context.Background(), Request{Prompt: "Once", MaxTokens: 4, Sampling: greedy()}, func(string) error { return nil }); err != nil {
+			t.Errorf("%s after a refused share: %v", dev, err)
+		}
+		s.Close()
+	}
+}

@@ -15,6 +15,16 @@ const DeviceOverhead = 128 << 20
 // the same plan NewRunner builds, computed without a GPU, plus
 // DeviceOverhead.
 func EstimateBytes(m *exec.Model, context int) (int64, error) {
+	shared, own, err := EstimateShared(m, context)
+	return shared + own, err
+}
+
+// EstimateShared is EstimateBytes in two parts: what the runners that
+// share one plan (Runner.Share) hold once, the constant allocations
+// (weights, vectors, RoPE tables) and DeviceOverhead, and what each holds
+// of its own (KV caches, activations, scratch). The resident f16 copies of
+// the prefill weights are left out: bind sizes them from the memory free.
+func EstimateShared(m *exec.Model, context int) (shared, own int64, err error) {
 	if context <= 0 {
 		context = m.ContextLength()
 		if context <= 0 || context > 4096 {
@@ -23,13 +33,17 @@ func EstimateBytes(m *exec.Model, context int) (int64, error) {
 	}
 	p, err := newPlan(m, context, prefillRows(context))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := int64(DeviceOverhead)
+	shared = DeviceOverhead
 	for _, a := range p.allocs {
-		n += allocSize(a)
+		if a.constant() {
+			shared += allocSize(a)
+		} else {
+			own += allocSize(a)
+		}
 	}
-	return n, nil
+	return shared, own, nil
 }
 
 // allocSize is what NewRunner asks cuMemAlloc for one allocation.

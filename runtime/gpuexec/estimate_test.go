@@ -27,6 +27,14 @@ func TestEstimateCoversWeightsAndKV(t *testing.T) {
 		t.Fatalf("estimate %d below overhead + weights %d + KV %d", est, w, kv)
 	}
 	t.Logf("estimate %d bytes: weights %d, KV %d", est, w, kv)
+	// shared: the weights (and the overhead); each runner's own: the KV
+	shared, own, err := EstimateShared(m, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared+own != est || shared < DeviceOverhead+w-w/10 || shared > DeviceOverhead+2*w || own < kv {
+		t.Errorf("shared %d + own %d (estimate %d): want the weights %d shared and the KV %d own", shared, own, est, w, kv)
+	}
 }
 
 // On a GPU, the estimate is within 10% of the device memory NewRunner

@@ -203,3 +203,48 @@ func TestGPUDependentLaunch(t *testing.T) {
 		t.Logf("JITLLM_DEPENDENT_LAUNCH=%q: decode launches dependent: %v", env, want)
 	}
 }
+
+// Two runners sharing one upload of the weights (Runner.Share) each
+// generate the CPU runner's tokens for their own sequence: the second's
+// steps leave the first's KV cache as it was, and the second outlives the
+// first.
+func TestGPUShare(t *testing.T) {
+	needGPU(t)
+	name := "synthetic/tiny256-Q4_K_M.gguf"
+	m := loadModel(t, name)
+	g, err := NewRunner(m, exec.Options{Context: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := g.Share()
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	defer o.Close()
+	cpus := make([]*exec.Runner, 3)
+	for i := range cpus {
+		if cpus[i], err = exec.NewRunner(m, exec.Options{Context: 128}); err != nil {
+			t.Fatal(err)
+		}
+		defer cpus[i].Close()
+	}
+	agree(t, cpus[0], g, 8, tolerance(name))
+	agree(t, cpus[1], o, 8, tolerance(name))
+	// the first goes on where it was: the second wrote only its own cache
+	tok := []int32{7}
+	want, err := cpus[0].Forward(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.Forward(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(want, got); d > tolerance(name) {
+		t.Errorf("the first runner after the second's steps: logits differ by %.3g", d)
+	}
+	g.Close()
+	o.Truncate(0)
+	agree(t, cpus[2], o, 8, tolerance(name))
+}

@@ -36,6 +36,9 @@ type alloc struct {
 	// as they are uploaded (deviceLayout: Q6_KA), a chunk of whole units
 	// at a time
 	repack *repack
+	// resident marks a resident f16 copy of a weight: written once by the
+	// setup launches, read-only after (constant, like init's)
+	resident bool
 }
 
 // repack is a rewrite of a weight's bytes into its device layout that
@@ -619,7 +622,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						if a, ok := resident16[n.Weight]; ok {
 							wh = view{a, 0, nw}
 						} else if need := int64(2 * nw); need <= p.f16Left {
-							a := p.add(alloc{name: w.GGUF + " (f16)", kind: kernel.U16, n: nw})
+							a := p.add(alloc{name: w.GGUF + " (f16)", kind: kernel.U16, n: nw, resident: true})
 							resident16[n.Weight], p.f16Left = a, p.f16Left-need
 							wh = view{a, 0, nw}
 							p.setup = append(p.setup, launch{k: dequant, args: []any{wv, wh}, node: i})

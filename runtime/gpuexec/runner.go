@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"sync"
 	"unsafe"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
@@ -23,7 +24,8 @@ type Runner struct {
 
 	c       *cuda.Context
 	s       *cuda.Stream
-	mod     *cuda.Module
+	sh      *shared      // the module and constant allocations, with the runners that Share them
+	mod     *cuda.Module // sh's
 	bufs    []cuda.Buffer
 	calls   []call // a one-row step
 	lcalls  []call // a one-row step from position p.longFrom (plan.long), nil where there is none
@@ -171,38 +173,149 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 	return src, ks, tg, am, err
 }
 
-func (r *Runner) bind() error {
-	p := r.p
-	tg := deviceTarget(r.c)
+// shared is what the runners of one plan on one device hold in common
+// (Runner.Share): the loaded module and its functions, and the constant
+// allocations (weights, their resident f16 copies, norms' vectors, RoPE
+// frequencies: bufs at their plan indices, zero elsewhere), freed when the
+// last runner closes.
+type shared struct {
+	mu   sync.Mutex
+	refs int
+	mod  *cuda.Module
+	fns  map[*kernel.Kernel]*cuda.Function
+	tg   ptx.Target
+	am   *kernel.Kernel
+	bufs []cuda.Buffer
+}
+
+// constant reports whether allocation a holds the same bytes in every
+// runner of the plan once bound: uploaded from the model, or written by the
+// setup launches (the resident f16 weights) and only read after.
+func (a alloc) constant() bool { return a.init != nil || a.parts != nil || a.resident }
+
+// loadShared renders and loads p's kernels and uploads its constant
+// allocations on c (running the setup launches): the first runner's share.
+func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
+	tg := deviceTarget(c)
 	src, ks, tg, am, err := render(p, tg, dependentLaunch(tg))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if r.mod, err = r.c.LoadPTX(src); err != nil && tg.WGMMA {
+	sh = &shared{refs: 1, fns: map[*kernel.Kernel]*cuda.Function{}, bufs: make([]cuda.Buffer, len(p.allocs))}
+	defer func() {
+		if err != nil {
+			sh.release()
+		}
+	}()
+	if sh.mod, err = c.LoadPTX(src); err != nil && tg.WGMMA {
 		// a driver that does not take sm_90a's PTX: the products on mma.sync
 		tg.WGMMA, tg.WGMMAOverlap = false, false
 		if src, ks, tg, am, err = render(p, tg, dependentLaunch(tg)); err != nil {
-			return err
+			return sh, err
 		}
-		r.mod, err = r.c.LoadPTX(src)
+		sh.mod, err = c.LoadPTX(src)
 	}
 	if err != nil {
-		return err
+		return sh, err
 	}
-	fns := map[*kernel.Kernel]*cuda.Function{}
+	sh.tg, sh.am = tg, am
 	for _, k := range ks {
-		if fns[k], err = r.mod.Function(k.Name); err != nil {
-			return err
+		if sh.fns[k], err = sh.mod.Function(k.Name); err != nil {
+			return sh, err
 		}
 		lp, err := ptx.Plan(k, tg)
 		if err != nil {
-			return fmt.Errorf("%s: %w", k.Name, err)
+			return sh, fmt.Errorf("%s: %w", k.Name, err)
 		}
-		if err := allowShared(fns[k], lp.Shared); err != nil {
-			return err
+		if err := allowShared(sh.fns[k], lp.Shared); err != nil {
+			return sh, err
 		}
 	}
-	for _, a := range p.allocs {
+	for i, a := range p.allocs {
+		if !a.constant() {
+			continue
+		}
+		b, err := c.Alloc(uint64(allocSize(a)))
+		if err != nil {
+			return sh, fmt.Errorf("%s: %w", a.name, err)
+		}
+		sh.bufs[i] = b
+		if err := b.Zero(); err != nil {
+			return sh, err
+		}
+		if err := a.initBytes(func(off int, src []byte) error { return b.Slice(uint64(off), uint64(len(src))).Upload(src) }); err != nil {
+			return sh, fmt.Errorf("%s: %w", a.name, err)
+		}
+	}
+	return sh, nil
+}
+
+// release drops a runner's hold; the last frees the constant allocations
+// and unloads the module.
+func (sh *shared) release() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.refs--; sh.refs > 0 {
+		return
+	}
+	for _, b := range sh.bufs {
+		if b.Ptr != 0 {
+			b.Free()
+		}
+	}
+	if sh.mod != nil {
+		sh.mod.Unload()
+	}
+	sh.mod, sh.fns, sh.bufs = nil, nil, nil
+}
+
+// Share returns a runner of r's model and options on r's device that shares
+// r's weights and kernels (nothing uploaded again: device memory for its own
+// KV cache and activations only) and runs a sequence of its own, as a
+// server's sessions do. Either may close first; the weights go with the last.
+// Runners on one device are used from one goroutine each.
+func (r *Runner) Share() (*Runner, error) {
+	if r.sh == nil {
+		return nil, fmt.Errorf("gpuexec: share of a closed runner")
+	}
+	c, err := cuda.Open(r.opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("gpuexec: %w", err)
+	}
+	r.sh.mu.Lock()
+	r.sh.refs++
+	r.sh.mu.Unlock()
+	o := &Runner{m: r.m, opt: r.opt, p: r.p, c: c, sh: r.sh}
+	if err := o.bindOwn(false); err != nil {
+		o.Close()
+		return nil, fmt.Errorf("gpuexec: %w", err)
+	}
+	return o, nil
+}
+
+// bind loads the plan's share (the first runner) and binds the runner's
+// own allocations and calls.
+func (r *Runner) bind() error {
+	sh, err := loadShared(r.c, r.p)
+	if err != nil {
+		return err
+	}
+	r.sh = sh
+	return r.bindOwn(true)
+}
+
+// bindOwn allocates the runner's own (non-constant) allocations, binds its
+// calls to them and the share's, and makes its stream and page-locked
+// buffers; with setup it first runs the plan's setup launches (once a
+// share).
+func (r *Runner) bindOwn(setup bool) error {
+	p, tg, fns, am := r.p, r.sh.tg, r.sh.fns, r.sh.am
+	r.mod = r.sh.mod
+	for i, a := range p.allocs {
+		if a.constant() {
+			r.bufs = append(r.bufs, r.sh.bufs[i])
+			continue
+		}
 		b, err := r.c.Alloc(uint64(allocSize(a)))
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.name, err)
@@ -211,20 +324,20 @@ func (r *Runner) bind() error {
 		if err := b.Zero(); err != nil {
 			return err
 		}
-		if err := a.initBytes(func(off int, src []byte) error { return b.Slice(uint64(off), uint64(len(src))).Upload(src) }); err != nil {
-			return fmt.Errorf("%s: %w", a.name, err)
+	}
+	if setup {
+		calls, err := r.bindCalls(p.setup, tg, fns, false)
+		if err != nil {
+			return err
+		}
+		if err := launchCalls(calls, nil); err != nil {
+			return err
+		}
+		if err := r.c.Synchronize(); err != nil {
+			return fmt.Errorf("decoding the resident f16 weights: %w", err)
 		}
 	}
-	setup, err := r.bindCalls(p.setup, tg, fns, false)
-	if err != nil {
-		return err
-	}
-	if err := launchCalls(setup, nil); err != nil {
-		return err
-	}
-	if err := r.c.Synchronize(); err != nil {
-		return fmt.Errorf("decoding the resident f16 weights: %w", err)
-	}
+	var err error
 	if r.calls, err = r.bindCalls(p.launches, tg, fns, true); err != nil {
 		return err
 	}
@@ -395,15 +508,18 @@ func allowShared(fn *cuda.Function, n int) error {
 	return fn.SetMaxDynamicShared(n)
 }
 
-// Close frees the runner's device memory, module, graph and stream.
+// Close frees the runner's device memory, graphs and stream, and the
+// weights and module where no runner that shares them is left.
 func (r *Runner) Close() {
 	for _, g := range []*cuda.Graph{r.graph, r.lgraph} {
 		if g != nil {
 			g.Destroy()
 		}
 	}
-	for _, b := range r.bufs {
-		b.Free()
+	for i, b := range r.bufs {
+		if i >= len(r.p.allocs) || !r.p.allocs[i].constant() {
+			b.Free()
+		}
 	}
 	for _, h := range r.pinned {
 		h.Free()
@@ -413,8 +529,8 @@ func (r *Runner) Close() {
 			b.Free()
 		}
 	}
-	if r.mod != nil {
-		r.mod.Unload()
+	if r.sh != nil {
+		r.sh.release()
 	}
 	if r.s != nil {
 		r.s.Destroy()

@@ -27,9 +27,14 @@ func TestDecodeAllocsStandIn(t *testing.T) {
 
 // decodeAllocs measures a warm decode step's Go heap allocations on the
 // device runtime/cuda has loaded: Forward with and without graphs, and
-// ForwardGreedy, each reported to check.
+// ForwardGreedy, each reported to check, and Forward past
+// decodeSplitFrom.
 func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64)) {
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	// the decode attention of models of 16 heads and more (the block
+	// attention, and past decodeSplitFrom the long step's split)
+	defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
+	decodeBlockHeads = 1
 	for _, graphs := range []bool{true, false} {
 		g := gpuRunner(t, m, exec.Options{Context: 1024, Tune: tune.Off})
 		g.SetGraphs(graphs)
@@ -49,6 +54,18 @@ func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64))
 				}
 			}))
 		}
+		// past decodeSplitFrom: the long step's graph (or launches)
+		if g.lcalls == nil {
+			t.Fatalf("no long step in a context of 1024")
+		}
+		if _, err := g.Forward(make([]int32, decodeSplitFrom)); err != nil {
+			t.Fatal(err)
+		}
+		check(graphs, "Forward (long step)", testing.AllocsPerRun(50, func() {
+			if _, err := g.Forward(tok); err != nil {
+				t.Fatal(err)
+			}
+		}))
 	}
 }
 
@@ -79,5 +96,59 @@ func TestRunnerPathsStandIn(t *testing.T) {
 			}
 			t.Logf("JITLLM_WGMMA=%s: prompt and a token stepped", w)
 		}
+	})
+}
+
+// Against the stand-in driver: a runner shared (Runner.Share) holds the
+// first's constant allocations (the same device pointers: nothing uploaded
+// twice) and its own KV caches and activations, steps on its own, outlives
+// the runner it came from, and the last to close frees the share.
+func TestShareStandIn(t *testing.T) {
+	cudatest.Run(t, "TestShareStandIn", "standin_test.go", func(t *testing.T) {
+		m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+		g, err := NewRunner(m, exec.Options{Context: 256, Tune: tune.Off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := g.Share()
+		if err != nil {
+			t.Fatal(err)
+		}
+		constant, own := 0, 0
+		for i, a := range g.p.allocs {
+			same := g.bufs[i].Ptr == o.bufs[i].Ptr
+			if a.constant() != same {
+				t.Errorf("allocation %s (constant %v): shared %v", a.name, a.constant(), same)
+			}
+			if a.constant() {
+				constant++
+			} else {
+				own++
+			}
+		}
+		if constant == 0 || own == 0 {
+			t.Fatalf("%d constant and %d own allocations", constant, own)
+		}
+		for _, r := range []*Runner{g, o} {
+			if _, err := r.Forward(prompt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sh := g.sh
+		g.Close()
+		if sh.refs != 1 || sh.mod == nil {
+			t.Fatalf("after the first closed: %d holds, module %v", sh.refs, sh.mod)
+		}
+		if _, err := o.Forward([]int32{5}); err != nil {
+			t.Fatal(err)
+		}
+		o.Close()
+		if sh.refs != 0 || sh.mod != nil || sh.bufs != nil {
+			t.Errorf("after the last closed: %d holds, the module and weights kept", sh.refs)
+		}
+		if _, err := o.Share(); err == nil {
+			t.Error("a closed runner shared")
+		}
+		t.Logf("%d constant allocations shared, %d own", constant, own)
 	})
 }
