@@ -84,9 +84,39 @@ func deviceKey(c *cuda.Context) string {
 // mat-vecs and, on a device with tensor cores, of its prefill products in
 // tg's rendering. On errors it returns the shapes it has with them.
 func tunePlan(c *cuda.Context, p *plan, tg ptx.Target, mode tune.Mode, cache *tune.Cache) (tunings, error) {
-	dots, derr := tuneDots(c, p, mode, cache)
-	blocks, berr := tuneBlocks(c, p, tg, mode, cache)
+	lt := &lazyTimer{c: c}
+	defer lt.close()
+	dots, derr := tuneDots(lt, p, mode, cache)
+	blocks, berr := tuneBlocks(lt, p, tg, mode, cache)
 	return tunings{dots: dots, blocks: blocks}, errors.Join(derr, berr)
+}
+
+// lazyTimer opens a dotTimer on its device on first need, for both tuners
+// (its pool is filled once); nil or without a device, measuring fails.
+type lazyTimer struct {
+	c *cuda.Context
+	t *dotTimer
+}
+
+// get is the timer, for n things of what to measure.
+func (l *lazyTimer) get(n int, what string) (*dotTimer, error) {
+	if l == nil || l.c == nil {
+		return nil, fmt.Errorf("%d %s to measure and no device", n, what)
+	}
+	if l.t == nil {
+		t, err := newDotTimer(l.c)
+		if err != nil {
+			return nil, err
+		}
+		l.t = t
+	}
+	return l.t, nil
+}
+
+func (l *lazyTimer) close() {
+	if l != nil && l.t != nil {
+		l.t.close()
+	}
 }
 
 // tuneShape is the cache's key of product b rendered for tg (mma.sync or
@@ -126,9 +156,9 @@ func blockBytes(b blockKey) (x, w, y uint64) {
 }
 
 // tuneBlocks returns the blocks of p's prefill products that the cache
-// holds and, for the others, measures them now on c (products whose
+// holds and, for the others, measures them now with lt (products whose
 // operands outgrow the timer's pool keep the rule's).
-func tuneBlocks(c *cuda.Context, p *plan, tg ptx.Target, mode tune.Mode, cache *tune.Cache) (map[blockKey]kernel.BlockShape, error) {
+func tuneBlocks(lt *lazyTimer, p *plan, tg ptx.Target, mode tune.Mode, cache *tune.Cache) (map[blockKey]kernel.BlockShape, error) {
 	out := map[blockKey]kernel.BlockShape{}
 	var todo []blockKey
 	for _, b := range p.products {
@@ -146,14 +176,10 @@ func tuneBlocks(c *cuda.Context, p *plan, tg ptx.Target, mode tune.Mode, cache *
 	if len(todo) == 0 || mode == tune.Off {
 		return out, nil
 	}
-	if c == nil {
-		return out, fmt.Errorf("%d prefill products to measure and no device", len(todo))
-	}
-	t, err := newDotTimer(c)
+	t, err := lt.get(len(todo), "prefill products")
 	if err != nil {
 		return out, err
 	}
-	defer t.close()
 	for _, b := range todo {
 		sh, err := t.bestBlock(b, tg, blockCandidates(b))
 		if err != nil {
@@ -253,9 +279,9 @@ func fastest(times []float64) int {
 }
 
 // tuneDots returns the shapes of p's decode mat-vecs that the cache holds
-// and, for the others, measures them now on c and records them. On an
+// and, for the others, measures them now with lt and records them. On an
 // error it returns the shapes it has so far with it.
-func tuneDots(c *cuda.Context, p *plan, mode tune.Mode, cache *tune.Cache) (map[dotKey]ops.DotShape, error) {
+func tuneDots(lt *lazyTimer, p *plan, mode tune.Mode, cache *tune.Cache) (map[dotKey]ops.DotShape, error) {
 	out := map[dotKey]ops.DotShape{}
 	var todo []dotKey
 	for _, d := range p.dots {
@@ -268,14 +294,10 @@ func tuneDots(c *cuda.Context, p *plan, mode tune.Mode, cache *tune.Cache) (map[
 	if len(todo) == 0 || mode == tune.Off {
 		return out, nil
 	}
-	if c == nil {
-		return out, fmt.Errorf("%d mat-vec shapes to measure and no device", len(todo))
-	}
-	t, err := newDotTimer(c)
+	t, err := lt.get(len(todo), "mat-vec shapes")
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	defer t.close()
 	for _, d := range todo {
 		if !fitsPool(d) { // an output head: its rule was measured (dotShape)
 			continue
