@@ -112,9 +112,8 @@ type plan struct {
 	launches []launch // a one-row step
 	long     []launch // a one-row step at positions from longFrom (nil: launches at every position)
 	longFrom int
-	alts     map[int][]launch // while planning: launches' indices the long step replaces, and by what
-	prefill  []launch         // a rows-row step
-	setup    []launch         // run once after the uploads (the resident f16 weights' decode)
+	prefill  []launch // a rows-row step
+	setup    []launch // run once after the uploads (the resident f16 weights' decode)
 	dst      *[]launch
 	step     int  // the I32 allocation [last real row, position, tokens…]
 	logits   view // the last node's output, one-row step
@@ -357,13 +356,14 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return vectors[wi], nil
 	}
 	freqAllocs := map[int]int{}
-	splitFrom := 0    // the long step's first position (decodeSplitFrom)
-	scratch := -1     // activations rounded to a matmul's partner type
-	scratch16 := -1   // the same rounded on to f16 for the tensor cores
-	scores := -1      // attention scores
-	parts := -1       // split attention's pieces
-	wf16 := -1        // a prefill product's weights decoded to f16
-	q8, q8d := -1, -1 // the decode activation's quants and scales (MatVecDot*)
+	splitFrom := 0             // the long step's first position (decodeSplitFrom)
+	alts := map[int][]launch{} // one-row launches' indices the long step replaces, and by what
+	scratch := -1              // activations rounded to a matmul's partner type
+	scratch16 := -1            // the same rounded on to f16 for the tensor cores
+	scores := -1               // attention scores
+	parts := -1                // split attention's pieces
+	wf16 := -1                 // a prefill product's weights decoded to f16
+	q8, q8d := -1, -1          // the decode activation's quants and scales (MatVecDot*)
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -846,7 +846,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						p.call(i, split, in(0), whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, ops.AttnSplitChunks, a.Scale)
 						p.call(i, merge, append([]any{view{parts, 0, np}, stepAll(p), out[i]}, margs...)...)
 						p.dst = was
-						p.alts[at] = alt
+						alts[at] = alt
 						return nil
 					}
 					if qn, qmk, qk := quantizedBy(i); rows == 1 && qk == 32 && hd%32 == 0 {
@@ -928,7 +928,6 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
 	}
 	var err error
-	p.alts = map[int][]launch{}
 	splitFrom = decodeSplitFrom
 	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_SPLIT_FROM")); err == nil && v > 0 {
 		splitFrom = v // for comparisons on a device
@@ -936,9 +935,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	if p.logits, err = lower(1, &p.launches); err != nil {
 		return nil, err
 	}
-	if len(p.alts) > 0 {
+	if len(alts) > 0 {
 		for i, l := range p.launches {
-			if alt, ok := p.alts[i]; ok {
+			if alt, ok := alts[i]; ok {
 				p.long = append(p.long, alt...)
 				continue
 			}

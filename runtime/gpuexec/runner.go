@@ -24,8 +24,7 @@ type Runner struct {
 
 	c       *cuda.Context
 	s       *cuda.Stream
-	sh      *shared      // the module and constant allocations, with the runners that Share them
-	mod     *cuda.Module // sh's
+	sh      *shared // the module and constant allocations, with the runners that Share them
 	bufs    []cuda.Buffer
 	calls   []call // a one-row step
 	lcalls  []call // a one-row step from position p.longFrom (plan.long), nil where there is none
@@ -310,7 +309,6 @@ func (r *Runner) bind() error {
 // share).
 func (r *Runner) bindOwn(setup bool) error {
 	p, tg, fns, am := r.p, r.sh.tg, r.sh.fns, r.sh.am
-	r.mod = r.sh.mod
 	for i, a := range p.allocs {
 		if a.constant() {
 			r.bufs = append(r.bufs, r.sh.bufs[i])

@@ -159,34 +159,54 @@ func blockBytes(b blockKey) (x, w, y uint64) {
 // holds and, for the others, measures them now with lt (products whose
 // operands outgrow the timer's pool keep the rule's).
 func tuneBlocks(lt *lazyTimer, p *plan, tg ptx.Target, mode tune.Mode, cache *tune.Cache) (map[blockKey]kernel.BlockShape, error) {
-	out := map[blockKey]kernel.BlockShape{}
-	var todo []blockKey
-	for _, b := range p.products {
-		if pr, ok := cache.Get(b.tuneShape(tg)); ok {
-			if sh, ok := tunedBlock(pr); ok {
-				out[b] = sh
-				continue
+	return tuneEach(lt, mode, "prefill products", p.products,
+		func(b blockKey) (kernel.BlockShape, bool) {
+			pr, ok := cache.Get(b.tuneShape(tg))
+			sh, named := tunedBlock(pr)
+			return sh, ok && named
+		},
+		func(b blockKey) bool { x, w, y := blockBytes(b); return x+w+y <= dotPool },
+		func(t *dotTimer, b blockKey) (kernel.BlockShape, error) {
+			sh, err := t.bestBlock(b, tg, blockCandidates(b))
+			if err != nil {
+				err = fmt.Errorf("tuning the prefill product %d×%d×%d: %w", b.rows, b.n, b.k, err)
 			}
-		}
-		x, w, y := blockBytes(b)
-		if x+w+y <= dotPool {
-			todo = append(todo, b)
+			return sh, err
+		},
+		func(b blockKey, sh kernel.BlockShape) {
+			cache.Put(b.tuneShape(tg), tune.Params{WarpsM: sh.WM, WarpsN: sh.WN, TilesM: sh.M, TilesN: sh.N})
+		})
+}
+
+// tuneEach is both tuners' walk: each of keys takes its cached shape, or,
+// where it fits the timer's pool, one measured now with lt and recorded;
+// the others keep their rule (absent from the map). On an error it
+// returns the shapes it has so far with it.
+func tuneEach[K comparable, S any](lt *lazyTimer, mode tune.Mode, what string, keys []K,
+	cached func(K) (S, bool), fits func(K) bool, measure func(*dotTimer, K) (S, error), record func(K, S)) (map[K]S, error) {
+	out := map[K]S{}
+	var todo []K
+	for _, k := range keys {
+		if s, ok := cached(k); ok {
+			out[k] = s
+		} else if fits(k) {
+			todo = append(todo, k)
 		}
 	}
 	if len(todo) == 0 || mode == tune.Off {
 		return out, nil
 	}
-	t, err := lt.get(len(todo), "prefill products")
+	t, err := lt.get(len(todo), what)
 	if err != nil {
 		return out, err
 	}
-	for _, b := range todo {
-		sh, err := t.bestBlock(b, tg, blockCandidates(b))
+	for _, k := range todo {
+		s, err := measure(t, k)
 		if err != nil {
-			return out, fmt.Errorf("tuning the prefill product %d×%d×%d: %w", b.rows, b.n, b.k, err)
+			return out, err
 		}
-		out[b] = sh
-		cache.Put(b.tuneShape(tg), tune.Params{WarpsM: sh.WM, WarpsN: sh.WN, TilesM: sh.M, TilesN: sh.N})
+		out[k] = s
+		record(k, s)
 	}
 	return out, nil
 }
@@ -279,37 +299,26 @@ func fastest(times []float64) int {
 }
 
 // tuneDots returns the shapes of p's decode mat-vecs that the cache holds
-// and, for the others, measures them now with lt and records them. On an
-// error it returns the shapes it has so far with it.
+// and, for the others, measures them now with lt and records them (output
+// heads that outgrow the timer's pool keep their rule, measured in
+// dotShape). On an error it returns the shapes it has so far with it.
 func tuneDots(lt *lazyTimer, p *plan, mode tune.Mode, cache *tune.Cache) (map[dotKey]ops.DotShape, error) {
-	out := map[dotKey]ops.DotShape{}
-	var todo []dotKey
-	for _, d := range p.dots {
-		if pr, ok := cache.Get(d.tuneShape()); ok && pr.Rows > 0 && pr.Threads > 0 && d.rows%pr.Rows == 0 {
-			out[d] = ops.DotShape{Rows: pr.Rows, Threads: pr.Threads, Unroll: pr.Unroll}
-			continue
-		}
-		todo = append(todo, d)
-	}
-	if len(todo) == 0 || mode == tune.Off {
-		return out, nil
-	}
-	t, err := lt.get(len(todo), "mat-vec shapes")
-	if err != nil {
-		return out, err
-	}
-	for _, d := range todo {
-		if !fitsPool(d) { // an output head: its rule was measured (dotShape)
-			continue
-		}
-		sh, err := t.best(d, dotCandidates(d, mode))
-		if err != nil {
-			return out, fmt.Errorf("tuning %s %s %d×%d: %w", d.form, d.t, d.rows, d.cols, err)
-		}
-		out[d] = sh
-		cache.Put(d.tuneShape(), tune.Params{Rows: sh.Rows, Threads: sh.Threads, Unroll: sh.Unroll})
-	}
-	return out, nil
+	return tuneEach(lt, mode, "mat-vec shapes", p.dots,
+		func(d dotKey) (ops.DotShape, bool) {
+			pr, ok := cache.Get(d.tuneShape())
+			return ops.DotShape{Rows: pr.Rows, Threads: pr.Threads, Unroll: pr.Unroll}, ok && pr.Rows > 0 && pr.Threads > 0 && d.rows%pr.Rows == 0
+		},
+		fitsPool,
+		func(t *dotTimer, d dotKey) (ops.DotShape, error) {
+			sh, err := t.best(d, dotCandidates(d, mode))
+			if err != nil {
+				err = fmt.Errorf("tuning %s %s %d×%d: %w", d.form, d.t, d.rows, d.cols, err)
+			}
+			return sh, err
+		},
+		func(d dotKey, sh ops.DotShape) {
+			cache.Put(d.tuneShape(), tune.Params{Rows: sh.Rows, Threads: sh.Threads, Unroll: sh.Unroll})
+		})
 }
 
 // dotPool is the bytes the timed matrices are read from, at a new offset
