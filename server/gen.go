@@ -293,6 +293,10 @@ func (g *genRun) finish(res *generate.Result, err error) (genOut, error) {
 		out.promptTokens = len(res.PromptTokens)
 		out.completionTokens = len(res.Tokens)
 		g.s.metrics.prefixReused.WithLabelValues(m.id).Add(float64(res.Reused))
+		if res.Drafted > 0 {
+			g.s.metrics.drafted.WithLabelValues(m.id, "true").Add(float64(res.Accepted))
+			g.s.metrics.drafted.WithLabelValues(m.id, "false").Add(float64(res.Drafted - res.Accepted))
+		}
 	}
 	switch {
 	case errors.Is(err, errStopSeq):

@@ -14,6 +14,7 @@ type metrics struct {
 	sessionsMax *prometheus.GaugeVec
 
 	prefixReused *prometheus.CounterVec
+	drafted      *prometheus.CounterVec
 	kvCapacity   *prometheus.GaugeVec
 	kvReserved   *prometheus.GaugeVec
 	kvCached     *prometheus.GaugeVec
@@ -52,6 +53,9 @@ func newMetrics() *metrics {
 		prefixReused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jitllm_prefix_tokens_reused_total", Help: "Prompt tokens whose KV was already cached (prefix reuse) instead of computed.",
 		}, []string{"model"}),
+		drafted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jitllm_draft_tokens_total", Help: "Tokens guessed by speculative decoding (-lookup), by whether the model kept them.",
+		}, []string{"model", "kept"}),
 		kvCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jitllm_kv_capacity_bytes", Help: "KV cache memory of the model's engine (every slot's context).",
 		}, []string{"model"}),
@@ -65,7 +69,7 @@ func newMetrics() *metrics {
 			Name: "jitllm_kv_prefix_snapshot_bytes", Help: "Host memory of the hot-prefix snapshots (shared prompt prefixes kept beyond their slots).",
 		}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.prefixReused, m.kvCapacity, m.kvReserved, m.kvCached, m.kvHot)
+	m.reg.MustRegister(m.prefixReused, m.drafted, m.kvCapacity, m.kvReserved, m.kvCached, m.kvHot)
 	m.reg.MustRegister(m.requests, m.tokensIn, m.tokensOut, m.ttft, m.itl, m.queue, m.inUse, m.sessionsMax,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

@@ -31,6 +31,8 @@ type pool struct {
 	maxQueue int
 	met      *metrics
 	device   string              // "cuda": slots are sessions of their own (own), made by start
+	lookup   int                 // engine sessions draft by prompt lookup of n-grams up to this long (0: no speculation)
+	draftMax int                 // ... this many tokens a step
 	own      []*generate.Session // sessions the pool made and closes
 	done     chan struct{}       // closed by close: wakes the queued callers
 
@@ -122,7 +124,15 @@ func (p *pool) acquire(ctx context.Context) (*generate.Session, error) {
 		}
 		p.engine = e
 		for i := p.max - 1; i >= 0; i-- {
-			p.idle = append(p.idle, e.Session(p.m, i))
+			s := e.Session(p.m, i)
+			if p.lookup > 0 {
+				if err := s.Speculate(generate.LookupDrafter{MinN: 1, MaxN: p.lookup}, p.draftMax); err != nil {
+					p.mu.Unlock()
+					<-p.sem
+					return nil, err
+				}
+			}
+			p.idle = append(p.idle, s)
 		}
 	}
 	// A slot is free whenever the semaphore let us in. It reserves a

@@ -552,6 +552,7 @@ func (s *Server) newEntry(id string, m *generate.Model, device string, ctx int) 
 	e.setup(s)
 	e.pool = newPool(id, m, exec.Options{Threads: s.cfg.Threads, Context: ctx, Mmap: s.cfg.Mmap}, s.cfg.MaxSessions, s.cfg.MaxQueue, s.cfg.QueueWait, s.metrics)
 	e.pool.device = device
+	e.pool.lookup, e.pool.draftMax = s.cfg.Lookup, s.cfg.DraftMax
 	e.mem, _ = memoryOf(m, device, ctx, s.cfg.MaxSessions) // checked before the entry is made
 	if est, err := discover.EstimateMemory(m.Exec.Graph, m.Src, discover.Options{Context: ctx}); err == nil && est.Context > 0 {
 		e.kvTok = est.KV / int64(est.Context)

@@ -33,6 +33,8 @@ type Config struct {
 	MaxQueue    int           // requests waiting for a session per model; 0 = 64
 	QueueWait   time.Duration // longest wait for a session; 0 = 30s
 	Devices     string        // where models run: cpu, cuda, cuda:0, auto; "" = cpu
+	Lookup      int           // speculative decoding by prompt lookup (CPU sessions): the longest n-gram matched; 0 = off
+	DraftMax    int           // with Lookup, most tokens drafted a step; 0 = 8
 	LoadDirs    []string      // the control plane loads model files only from under these
 	Logger      *slog.Logger  // nil = slog.Default()
 	Now         func() time.Time
@@ -84,6 +86,10 @@ func New(cfg Config) *Server {
 	if cfg.MaxQueue <= 0 {
 		cfg.MaxQueue = 64
 	}
+	if cfg.DraftMax <= 0 {
+		cfg.DraftMax = 8
+	}
+	cfg.DraftMax = min(cfg.DraftMax, generate.MaxDraft)
 	if cfg.QueueWait <= 0 {
 		cfg.QueueWait = 30 * time.Second
 	}

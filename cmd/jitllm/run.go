@@ -29,6 +29,11 @@ type genFlags struct {
 	devices   string
 	tune      tune.Mode
 	mmap      bool
+
+	draft     string // a draft model's file (speculative decoding)
+	draftMax  int    // tokens drafted a step
+	lookup    int    // longest n-gram prompt lookup matches (speculative decoding without a draft model)
+	draftDone func() // closes the draft model and its session
 }
 
 func (f *genFlags) register(c *cobra.Command) {
@@ -52,6 +57,9 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda:N, auto, or a list to split the model over (cpu,cuda:0; cuda:0,cuda:1)")
 	fl.BoolVar(&f.mmap, "mmap", false, "keep the weights in the file's memory mapping (as llama.cpp's default) instead of copying them into RAM when they fit")
 	f.tune = tune.Quick
+	fl.StringVar(&f.draft, "model-draft", "", "speculative decoding: a smaller model of the same vocabulary drafts tokens that one step of MODEL checks (CPU runner)")
+	fl.IntVar(&f.draftMax, "draft-max", 8, "speculative decoding: most tokens drafted a step")
+	fl.IntVar(&f.lookup, "lookup", 0, "speculative decoding without a draft model: guess that the sequence's last n tokens (n from this down to 1) go on as they did before (prompt lookup; 0 = off)")
 	fl.Var(&f.tune, "tune", "kernel tuning (CPU block sizes and workers, CUDA decode mat-vec shapes): off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
 }
 
@@ -67,12 +75,53 @@ func (f *genFlags) open(path string) (*generate.Model, *generate.Session, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := m.NewSessionOn(f.devices, exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune, Mmap: f.mmap})
+	opt := exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune, Mmap: f.mmap}
+	s, err := m.NewSessionOn(f.devices, opt)
 	if err != nil {
 		m.Close()
 		return nil, nil, err
 	}
+	if err := f.speculate(m, s, opt); err != nil {
+		s.Close()
+		m.Close()
+		return nil, nil, err
+	}
 	return m, s, nil
+}
+
+// speculate gives s the drafter the flags ask for.
+func (f *genFlags) speculate(m *generate.Model, s *generate.Session, opt exec.Options) error {
+	f.draftDone = func() {}
+	var d generate.Drafter
+	switch {
+	case f.draft != "" && f.lookup > 0:
+		return fmt.Errorf("-model-draft and -lookup are two ways to draft: choose one")
+	case f.lookup > 0:
+		d = generate.LookupDrafter{MinN: 1, MaxN: f.lookup}
+	case f.draft != "":
+		dm, err := generate.Open(f.draft)
+		if err != nil {
+			return err
+		}
+		opt.Context = s.Context()
+		ds, err := dm.NewSessionOn(f.devices, opt)
+		if err != nil {
+			dm.Close()
+			return err
+		}
+		f.draftDone = func() { ds.Close(); dm.Close() }
+		if d, err = generate.NewModelDrafter(ds, m); err != nil {
+			f.draftDone()
+			return err
+		}
+	default:
+		return nil
+	}
+	if err := s.Speculate(d, f.draftMax); err != nil {
+		f.draftDone()
+		return err
+	}
+	return nil
 }
 
 func report(w io.Writer, r *generate.Result) {
@@ -80,6 +129,9 @@ func report(w io.Writer, r *generate.Result) {
 	dc := float64(len(r.Tokens)) / r.Decode.Seconds()
 	fmt.Fprintf(w, "\nprompt %d tokens in %v (%.1f tok/s), generated %d in %v (%.1f tok/s), stop: %s\n",
 		len(r.PromptTokens), r.Prefill.Round(1e5), pf, len(r.Tokens), r.Decode.Round(1e5), dc, r.StopReason)
+	if r.Drafted > 0 {
+		fmt.Fprintf(w, "speculative: %d of %d drafted tokens kept (%.0f%%)\n", r.Accepted, r.Drafted, 100*float64(r.Accepted)/float64(r.Drafted))
+	}
 }
 
 func init() {
@@ -97,6 +149,7 @@ func init() {
 			}
 			defer m.Close()
 			defer s.Close()
+			defer f.draftDone()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			out := bufio.NewWriter(cmd.OutOrStdout())
@@ -138,6 +191,7 @@ func init() {
 			}
 			defer m.Close()
 			defer s.Close()
+			defer f.draftDone()
 			in := bufio.NewScanner(cmd.InOrStdin())
 			in.Buffer(make([]byte, 1<<20), 1<<20)
 			out := cmd.OutOrStdout()

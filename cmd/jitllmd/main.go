@@ -80,6 +80,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctxLen := fs.Int("ctx", 0, "context length per session (0 = the model's, at most 4096)")
 	maxSessions := fs.Int("max-sessions", 1, "concurrent sessions (KV caches) per model")
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a session per model (more: 429)")
+	lookup := fs.Int("lookup", 0, "speculative decoding by prompt lookup on CPU sessions: guess that the last n tokens (n from this down to 1) go on as they did before; 0 = off")
+	draftMax := fs.Int("draft-max", 8, "with -lookup, most tokens guessed a step")
 	queueWait := fs.Duration("queue-wait", 30*time.Second, "longest wait for a session (then 503)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
 	devs := fs.String("devices", "cpu", "where models run: "+devices.Names+" (cuda: one GPU session per -max-sessions slot, all sharing one copy of the weights)")
@@ -127,6 +129,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := devices.Resolve(*devs); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if *lookup < 0 || *draftMax < 1 || *draftMax > generate.MaxDraft {
+		return fmt.Errorf("serve: -lookup %d, -draft-max %d: want -lookup ≥ 0 and -draft-max from 1 to %d", *lookup, *draftMax, generate.MaxDraft)
+	}
 	if *dir != "" {
 		loadDirs = append(loadDirs, *dir)
 	}
@@ -135,7 +140,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	srv := server.New(server.Config{Threads: *threads, Mmap: *mmapW, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait,
-		Devices: *devs, LoadDirs: loadDirs, Logger: log})
+		Devices: *devs, Lookup: *lookup, DraftMax: *draftMax, LoadDirs: loadDirs, Logger: log})
 	defer srv.Close(context.Background())
 	if *ctl {
 		control.Register(srv)

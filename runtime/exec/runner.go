@@ -167,6 +167,28 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 	return out, nil
 }
 
+// ForwardRows feeds tokens to sequence 0 as one step and returns the
+// logits of every row, row after row: what speculative decoding checks its
+// drafted tokens against. At most MaxBatch tokens. The slice is the
+// runner's own and changes on the next call.
+func (r *Runner) ForwardRows(tokens []int32) ([]float32, error) {
+	n := len(tokens)
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("forward: no tokens")
+	case n > r.opt.MaxBatch:
+		return nil, fmt.Errorf("forward: %d rows exceed the batch of %d", n, r.opt.MaxBatch)
+	case r.seqPos[0]+n > r.opt.Context:
+		return nil, fmt.Errorf("%d tokens at position %d exceed the context of %d positions", n, r.seqPos[0], r.opt.Context)
+	}
+	if err := r.checkTokens(tokens); err != nil {
+		return nil, err
+	}
+	copy(r.tokens, tokens)
+	clear(r.rowSeq[:n])
+	return r.step(n, n), nil
+}
+
 // ForwardBatch runs one step over rows of several sequences and returns the
 // logits of the last b.Logits rows, row after row.
 func (r *Runner) ForwardBatch(b Batch) ([]float32, error) {

@@ -74,6 +74,53 @@ func TestLogitsAll(t *testing.T) {
 	}
 }
 
+// ForwardRows on a runner without LogitsAll returns every row's logits of
+// its one step, continuing the sequence where it stands, and refuses what
+// one step cannot carry.
+func TestForwardRows(t *testing.T) {
+	prompt := []int32{1, 403, 407, 261, 378, 432, 383}
+	r := load(t, "stories260K.gguf", Options{MaxBatch: 4})
+	if _, err := r.Forward(prompt[:3]); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := r.ForwardRows(prompt[3:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = append([]float32(nil), rows...)
+	v := r.m.VocabSize()
+	if len(rows) != 4*v || r.Pos() != len(prompt) {
+		t.Fatalf("%d logits at position %d, want %d at %d", len(rows), r.Pos(), 4*v, len(prompt))
+	}
+	s := load(t, "stories260K.gguf", Options{})
+	for i, tok := range prompt {
+		step, err := s.Forward([]int32{tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			continue
+		}
+		for j := 0; j < v; j++ {
+			if d := math.Abs(float64(rows[(i-3)*v+j] - step[j])); d > batchTol {
+				t.Fatalf("row %d logit %d: %g vs %g", i, j, rows[(i-3)*v+j], step[j])
+			}
+		}
+	}
+	if _, err := r.ForwardRows(make([]int32, 5)); err == nil || !strings.Contains(err.Error(), "exceed the batch") {
+		t.Errorf("5 rows on a batch of 4: %v", err)
+	}
+	if _, err := r.ForwardRows(nil); err == nil {
+		t.Error("no rows accepted")
+	}
+	if _, err := r.ForwardRows([]int32{1, 9999}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Errorf("bad token id: %v", err)
+	}
+	if r.Pos() != len(prompt) {
+		t.Errorf("refused steps moved the position to %d", r.Pos())
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	r := load(t, "stories260K.gguf", Options{Context: 8})
 	if _, err := r.Forward([]int32{1, 9999}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {

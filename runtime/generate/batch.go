@@ -36,7 +36,8 @@ type slot struct {
 	seq    int32
 	tokens []int32 // rows still to feed (a prompt may span several steps)
 	take   int     // rows this step carries
-	out    int     // its row among the step's logits
+	every  bool    // every row returns logits (ForwardRows): all its rows in one step
+	out    int     // its first row among the step's logits
 	logits []float32
 	err    error
 	ready  chan struct{}
@@ -111,8 +112,11 @@ func (e *Engine) step(waiting []*slot) []*slot {
 	// prompt chunks in the room left.
 	for _, pass := range [2]bool{true, false} {
 		for _, s := range waiting {
-			if (len(s.tokens) == 1) != pass || s.take > 0 || budget == 0 {
+			if (len(s.tokens) == 1 || s.every) != pass || s.take > 0 || budget == 0 {
 				continue
+			}
+			if s.every && len(s.tokens) > budget {
+				continue // whole or not at all: the next step
 			}
 			s.take = min(len(s.tokens), budget)
 			budget -= s.take
@@ -123,7 +127,11 @@ func (e *Engine) step(waiting []*slot) []*slot {
 	logits := 0
 	for _, s := range e.order {
 		n := s.take
-		if n == len(s.tokens) {
+		switch {
+		case s.every:
+			n = 0 // all its rows go to the logits section
+			logits += s.take
+		case n == len(s.tokens):
 			n-- // its last row goes to the logits section
 			logits++
 		}
@@ -135,7 +143,15 @@ func (e *Engine) step(waiting []*slot) []*slot {
 	}
 	k := 0
 	for _, s := range e.order {
-		if s.take == len(s.tokens) {
+		switch {
+		case s.every:
+			b.Tokens = append(b.Tokens, s.tokens...)
+			for range s.tokens {
+				b.Seq = append(b.Seq, s.seq)
+			}
+			s.out = k
+			k += len(s.tokens)
+		case s.take == len(s.tokens):
 			b.Tokens = append(b.Tokens, s.tokens[s.take-1])
 			b.Seq = append(b.Seq, s.seq)
 			s.out = k
@@ -167,7 +183,14 @@ func (e *Engine) step(waiting []*slot) []*slot {
 		case herr != nil && s.hsum != nil:
 			s.err, s.tokens = herr, nil
 		case s.take == len(s.tokens):
-			copy(s.logits, out[s.out*e.vocab:(s.out+1)*e.vocab])
+			rows := 1
+			if s.every {
+				rows = s.take
+			}
+			if len(s.logits) < rows*e.vocab {
+				s.logits = make([]float32, rows*e.vocab)
+			}
+			copy(s.logits, out[s.out*e.vocab:(s.out+rows)*e.vocab])
 			s.tokens = nil
 		default:
 			s.tokens = s.tokens[s.take:]
@@ -184,13 +207,30 @@ func (e *Engine) step(waiting []*slot) []*slot {
 // Forward queues tokens for the slot's sequence and waits for the step that
 // finishes them; the logits belong to the slot until its next Forward.
 func (s *slot) Forward(tokens []int32) ([]float32, error) {
+	return s.forward(tokens, false)
+}
+
+// ForwardRows is Forward returning every row's logits, the rows carried
+// by one step (at most the engine's batch).
+func (s *slot) ForwardRows(tokens []int32) ([]float32, error) {
+	if n, b := len(tokens), s.e.r.MaxBatch(); n > b {
+		return nil, fmt.Errorf("forward: %d rows exceed the batch of %d", n, b)
+	}
+	l, err := s.forward(tokens, true)
+	if err != nil {
+		return nil, err
+	}
+	return l[:len(tokens)*s.e.vocab], nil
+}
+
+func (s *slot) forward(tokens []int32, every bool) ([]float32, error) {
 	if len(tokens) == 0 {
 		return nil, errors.New("forward: no tokens")
 	}
 	if p := s.Pos(); p+len(tokens) > s.Context() {
 		return nil, fmt.Errorf("%d tokens at position %d exceed the context of %d positions", len(tokens), p, s.Context())
 	}
-	s.tokens, s.err = tokens, nil
+	s.tokens, s.err, s.every = tokens, nil, every
 	select {
 	case s.e.submit <- s:
 	case <-s.e.quit:
@@ -200,7 +240,7 @@ func (s *slot) Forward(tokens []int32) ([]float32, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	return s.logits, nil
+	return s.logits[:s.e.vocab], nil
 }
 
 func (s *slot) Truncate(n int) {

@@ -100,7 +100,7 @@ func GenerateN(ctx context.Context, sessions []*Session, req Request, seeds []ui
 			defer slots[i].end()
 			l := logits
 			if i > 0 {
-				l = slots[i].logits
+				l = slots[i].logits[:len(logits)]
 			}
 			_, errs[i] = sessions[i].decode(ctx, req, samplers[i], l, res[i], func(st Step) error { return step(i, st) })
 		}()

@@ -89,6 +89,8 @@ type Result struct {
 	Prefilled    int    // prompt tokens computed (0 for a choice forked from another's prefill)
 	Prefill      time.Duration
 	Decode       time.Duration
+	Drafted      int // tokens a drafter proposed (Session.Speculate)
+	Accepted     int // of those, the ones generated: each saved a step
 }
 
 // Session is one sequence: its own KV cache, in a runner of its own
@@ -96,9 +98,10 @@ type Result struct {
 // where its steps are batched with other sessions'. Reuse one for several
 // requests; one request at a time.
 type Session struct {
-	m  *Model
-	r  stepper
-	st *seqState // for an engine session, its slot's
+	m    *Model
+	r    stepper
+	st   *seqState    // for an engine session, its slot's
+	spec *speculation // Speculate's drafter, when set
 }
 
 // seqState is what a sequence's KV cache holds: hist[i] is the token at
@@ -174,6 +177,9 @@ type sharer interface {
 
 // Close stops the session's workers.
 func (s *Session) Close() { s.r.Close() }
+
+// Context is the session's KV cache capacity in positions.
+func (s *Session) Context() int { return s.r.Context() }
 
 // ErrContext is returned for prompts that do not fit the context.
 var ErrContext = errors.New("prompt does not fit the context")
@@ -306,52 +312,93 @@ func (s *Session) prefill(ids []int32, res *Result) ([]float32, error) {
 	return logits, nil
 }
 
-// decode samples from logits on and feeds each token back until a stop.
+// decode samples from logits on and feeds each token back until a stop;
+// with a drafter (Speculate) it checks drafted tokens several a step.
 func (s *Session) decode(ctx context.Context, req Request, sm *sample.Sampler, logits []float32, res *Result, step func(Step) error) (*Result, error) {
-	tok := s.m.Tok
-	limit := s.r.Context()
 	start := time.Now()
-	stream := tok.NewContinuation()
 	defer func() { res.Decode = time.Since(start) }()
+	d := &decoding{s: s, req: req, sm: sm, con: newConstrained(req, len(logits)), res: res,
+		stream: s.m.Tok.NewContinuation(), step: step, limit: s.r.Context()}
+	var err error
+	if rf, ok := s.r.(rowsForwarder); ok && s.spec != nil {
+		err = d.speculative(ctx, rf, logits)
+	} else {
+		err = d.plain(ctx, logits)
+	}
+	if err != nil {
+		return res, err
+	}
+	if text := d.stream.Flush(); text != "" {
+		if err := step(Step{Token: -1, Text: text}); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// decoding is one generation's decode: what chooses, reports and stops it.
+type decoding struct {
+	s      *Session
+	req    Request
+	sm     *sample.Sampler
+	con    *constrained
+	res    *Result
+	stream *tokenizer.Stream
+	step   func(Step) error
+	limit  int
+}
+
+// emit takes tok, chosen from logits (nil where the runner chose it) with
+// fed positions in the cache, as the next token: it reports it and says
+// why the generation stops after it ("" to go on). An end-of-generation
+// token that stops is not reported.
+func (d *decoding) emit(tok int32, logits []float32, fed int) (string, error) {
+	if d.s.m.Tok.IsEOG(tok) && !d.req.IgnoreEOS {
+		return "eos", nil
+	}
+	d.res.Tokens = append(d.res.Tokens, tok)
+	d.sm.Accept(tok)
+	if err := d.step(Step{Token: tok, Logits: logits, Text: d.stream.Add(tok)}); err != nil {
+		return "", err
+	}
+	switch {
+	case d.con.done():
+		return "constraint", nil
+	case d.req.MaxTokens > 0 && len(d.res.Tokens) >= d.req.MaxTokens:
+		return "length", nil
+	case fed >= d.limit:
+		return "context", nil
+	}
+	return "", nil
+}
+
+// plain feeds each token back alone.
+func (d *decoding) plain(ctx context.Context, logits []float32) error {
+	s := d.s
 	var one [1]int32
 	var err error
-	con := newConstrained(req, len(logits))
 	greedy, _ := s.r.(greedyStepper)
-	if greedy != nil && (req.NeedLogits || con != nil || !sm.Argmax() || !greedy.Greedy()) {
+	if greedy != nil && (d.req.NeedLogits || d.con != nil || !d.sm.Argmax() || !greedy.Greedy()) {
 		greedy = nil
 	}
 	chosen := int32(-1) // the runner's argmax for this step, when it took one
 	for {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return err
 		}
 		next := chosen
 		if next < 0 {
-			var cerr error
-			if next, cerr = con.sample(sm, logits); cerr != nil {
-				return res, cerr
+			if next, err = d.con.sample(d.sm, logits); err != nil {
+				return err
 			}
 		}
-		if tok.IsEOG(next) && !req.IgnoreEOS {
-			res.StopReason = "eos"
-			break
+		stop, err := d.emit(next, logits, s.r.Pos())
+		if err != nil {
+			return err
 		}
-		res.Tokens = append(res.Tokens, next)
-		sm.Accept(next)
-		if err := step(Step{Token: next, Logits: logits, Text: stream.Add(next)}); err != nil {
-			return res, err
-		}
-		if con.done() {
-			res.StopReason = "constraint"
-			break
-		}
-		if req.MaxTokens > 0 && len(res.Tokens) >= req.MaxTokens {
-			res.StopReason = "length"
-			break
-		}
-		if s.r.Pos() >= limit {
-			res.StopReason = "context"
-			break
+		if stop != "" {
+			d.res.StopReason = stop
+			return nil
 		}
 		one[0] = next
 		if greedy != nil {
@@ -362,16 +409,10 @@ func (s *Session) decode(ctx context.Context, req Request, sm *sample.Sampler, l
 		}
 		if err != nil {
 			s.truncate(0)
-			return res, err
+			return err
 		}
 		s.st.hist = append(s.st.hist, next)
 	}
-	if text := stream.Flush(); text != "" {
-		if err := step(Step{Token: -1, Text: text}); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
 }
 
 // truncate forgets the cache from position n on.

@@ -1008,9 +1008,13 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 // with AttentionBlockW1 (a CTA a head walking every block of positions)
 // cuts the positions over CTAs instead (AttentionBlockSplit + AttentionMerge,
 // a second CUDA graph: the merge's launch costs more than it saves while
-// the walk is short). A variable for the tests; JITLLM_ATTN_SPLIT_FROM
+// the walk is short). Measured on an H100 (TestGPUAttentionBlock,
+// 2026-12-05): the split costs 13-28 µs up to position 511 where W1 takes
+// 6-14, they cross about position 2048 (1B heads 34.5 vs 36.9 µs, qwen3's
+// 48.7 vs 41.9), and at 4095 (8B) and 8191 (qwen3) the split takes 61-62
+// µs against 80 and 154. A variable for the tests; JITLLM_ATTN_SPLIT_FROM
 // overrides it.
-var decodeSplitFrom = 512
+var decodeSplitFrom = 2048
 
 // decodeBlockHeads is the fewest heads a one-row step attends with
 // AttentionBlock, a CTA a head: fewer would leave the GPU idle while each

@@ -33,8 +33,8 @@ func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64))
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
 	// the decode attention of models of 16 heads and more (the block
 	// attention, and past decodeSplitFrom the long step's split)
-	defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
-	decodeBlockHeads = 1
+	defer func(h, f int) { decodeBlockHeads, decodeSplitFrom = h, f }(decodeBlockHeads, decodeSplitFrom)
+	decodeBlockHeads, decodeSplitFrom = 1, 512
 	for _, graphs := range []bool{true, false} {
 		g := gpuRunner(t, m, exec.Options{Context: 1024, Tune: tune.Off})
 		g.SetGraphs(graphs)
