@@ -160,10 +160,22 @@ func checkContext(m *generate.Model, n int) error {
 	return nil
 }
 
+// checkKVType refuses a KV cache type the model or the device cannot keep,
+// at load rather than on the first request (the CPU engine is made then).
+func checkKVType(m *generate.Model, device, kvType string) error {
+	if err := exec.CheckKVType(m.Exec.Graph, kvType); err != nil {
+		return errorf(ErrInvalid, "%v", err)
+	}
+	if t, _ := exec.ParseKVType(kvType); device == "cuda" && t != exec.KVF16 {
+		return errorf(ErrInvalid, "the CUDA runner keeps an f16 KV cache; -cache-type %s runs on cpu", t)
+	}
+	return nil
+}
+
 // memoryOf estimates what the model takes on device with slots sequences
-// of ctx positions (0: exec's default).
-func memoryOf(m *generate.Model, device string, ctx, slots int) (MemoryInfo, error) {
-	est, err := discover.EstimateMemory(m.Exec.Graph, m.Src, discover.Options{Context: ctx})
+// of ctx positions (0: exec's default) and a KV cache of kvType.
+func memoryOf(m *generate.Model, device string, ctx, slots int, kvType string) (MemoryInfo, error) {
+	est, err := discover.EstimateMemory(m.Exec.Graph, m.Src, discover.Options{Context: ctx, KVType: kvType})
 	if err != nil {
 		return MemoryInfo{}, err
 	}
@@ -311,7 +323,10 @@ func (s *Server) addModel(id string, m *generate.Model, device string, ctx int) 
 	} else if ctx = s.cfg.Context; ctx < 0 || ctx > MaxContext {
 		return errorf(ErrInvalid, "context %d is outside [0, %d]", ctx, MaxContext)
 	}
-	mi, err := memoryOf(m, device, ctx, s.cfg.MaxSessions)
+	if err := checkKVType(m, device, s.cfg.KVType); err != nil {
+		return err
+	}
+	mi, err := memoryOf(m, device, ctx, s.cfg.MaxSessions, s.cfg.KVType)
 	if err != nil {
 		return errorf(ErrInvalid, "%v", err)
 	}
@@ -513,7 +528,10 @@ func (s *Server) Place(id, device string, grace time.Duration) (Placement, error
 // move serves old's model from a new entry on dev and drains old.
 func (s *Server) move(old *model, dev string, grace time.Duration) (Placement, error) {
 	id := old.id
-	mi, err := memoryOf(old.m, dev, old.pool.opt.Context, old.pool.max)
+	if err := checkKVType(old.m, dev, s.cfg.KVType); err != nil {
+		return Placement{}, err
+	}
+	mi, err := memoryOf(old.m, dev, old.pool.opt.Context, old.pool.max, s.cfg.KVType)
 	if err != nil {
 		return Placement{}, errorf(ErrInvalid, "%v", err)
 	}
@@ -550,11 +568,11 @@ func (s *Server) newEntry(id string, m *generate.Model, device string, ctx int) 
 	e := &model{id: id, m: m, created: s.cfg.Now().Unix()}
 	e.life, e.end = context.WithCancel(context.Background())
 	e.setup(s)
-	e.pool = newPool(id, m, exec.Options{Threads: s.cfg.Threads, Context: ctx, Mmap: s.cfg.Mmap}, s.cfg.MaxSessions, s.cfg.MaxQueue, s.cfg.QueueWait, s.metrics)
+	e.pool = newPool(id, m, exec.Options{Threads: s.cfg.Threads, Context: ctx, Mmap: s.cfg.Mmap, KVType: s.cfg.KVType}, s.cfg.MaxSessions, s.cfg.MaxQueue, s.cfg.QueueWait, s.metrics)
 	e.pool.device = device
 	e.pool.lookup, e.pool.draftMax = s.cfg.Lookup, s.cfg.DraftMax
-	e.mem, _ = memoryOf(m, device, ctx, s.cfg.MaxSessions) // checked before the entry is made
-	if est, err := discover.EstimateMemory(m.Exec.Graph, m.Src, discover.Options{Context: ctx}); err == nil && est.Context > 0 {
+	e.mem, _ = memoryOf(m, device, ctx, s.cfg.MaxSessions, s.cfg.KVType) // checked before the entry is made
+	if est, err := discover.EstimateMemory(m.Exec.Graph, m.Src, discover.Options{Context: ctx, KVType: s.cfg.KVType}); err == nil && est.Context > 0 {
 		e.kvTok = est.KV / int64(est.Context)
 	}
 	return e

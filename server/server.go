@@ -33,6 +33,7 @@ type Config struct {
 	MaxQueue    int           // requests waiting for a session per model; 0 = 64
 	QueueWait   time.Duration // longest wait for a session; 0 = 30s
 	Devices     string        // where models run: cpu, cuda, cuda:0, auto; "" = cpu
+	KVType      string        // KV cache type of every session (exec.Options.KVType): f16 or q8_0 (CPU only); "" = f16
 	Lookup      int           // speculative decoding by prompt lookup (CPU sessions): the longest n-gram matched; 0 = off
 	DraftMax    int           // with Lookup, most tokens drafted a step; 0 = 8
 	LoadDirs    []string      // the control plane loads model files only from under these

@@ -24,7 +24,7 @@ const maxPromptsFile = 16 << 20
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "batch MODEL [-streams 1,8] [-p 64] [-n 64] [-r 2] [-threads N] [-tune quick] [-mmap] [-json] [-prompts FILE]",
+		Use:   "batch MODEL [-streams 1,8] [-p 64] [-n 64] [-r 2] [-threads N] [-tune quick] [-cache-type f16] [-mmap] [-json] [-prompts FILE]",
 		Short: "measure aggregate decode speed of concurrent streams (continuous batching)",
 		Long: `batch runs, for each stream count S of -streams, S concurrent sessions on one
 batching engine (as jitllmd's session pool does): each prefills its own prompt
@@ -44,6 +44,9 @@ prefill rate, the time to first token and the ratio to S=1, from the best of
                tokenized and cut to -p tokens; default: random token ids,
                distinct per stream
   -seed N      seed of the random prompts
+  -cache-type T
+               KV cache type for K and V: f16 (default) or q8_0 (half the
+               memory, as llama.cpp's -ctk/-ctv q8_0)
   -mmap        CPU: weights stay in the file's memory mapping (see speed -h)
   -json        JSON instead of the table`,
 		DisableFlagsInUseLine: true,
@@ -75,7 +78,10 @@ func batchConfig(args []string) (string, string, bench.StreamsConfig, bool, bool
 	if err != nil {
 		return "", "", cfg, false, false, err
 	}
-	cfg.Threads, cfg.Tune, cfg.Mmap = bf.threads, bf.tune, bf.mmap
+	if err := bf.check(); err != nil {
+		return "", "", cfg, false, false, err
+	}
+	cfg.Threads, cfg.Tune, cfg.Mmap, cfg.KVType = bf.threads, bf.tune, bf.mmap, bf.kvType
 	if len(pos) != 1 {
 		return "", "", cfg, false, false, fmt.Errorf("batch takes one MODEL, got %d arguments (see jitllm batch -h)", len(pos))
 	}

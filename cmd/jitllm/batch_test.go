@@ -86,6 +86,7 @@ func TestBatchRejects(t *testing.T) {
 		{[]string{stories, "-streams", "1000"}, "not a stream count in 1..64"},
 		{[]string{stories, "-streams", "2,2"}, "listed twice"},
 		{[]string{stories, "-r", "0"}, "at least one run"},
+		{[]string{stories, "--cache-type", "bf16"}, `--cache-type "bf16": want f16 or q8_0`},
 		{[]string{stories, "-n", "1"}, "generated tokens 1"},
 		{[]string{stories, "-p", "100000"}, "prompt tokens 100000"},
 		{[]string{stories, "-streams", "64", "-p", "4000", "-n", "4000"}, "KV positions"},

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 
+	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/tune"
 )
 
@@ -15,6 +16,7 @@ type benchFlags struct {
 	json    bool
 	verbose bool
 	mmap    bool
+	kvType  string // --cache-type, checked by check
 }
 
 // newBenchFlagSet is a flag set named name with the shared bench flags
@@ -29,5 +31,12 @@ func newBenchFlagSet(name string, bf *benchFlags) *flag.FlagSet {
 	fs.BoolVar(&bf.json, "json", false, "JSON output")
 	fs.BoolVar(&bf.verbose, "v", false, "print each run")
 	fs.BoolVar(&bf.mmap, "mmap", false, "weights stay mapped")
+	fs.StringVar(&bf.kvType, "cache-type", exec.KVF16, cacheTypeHelp)
 	return fs
+}
+
+// check validates the parsed flags.
+func (bf *benchFlags) check() (err error) {
+	bf.kvType, err = parseCacheType(bf.kvType)
+	return err
 }

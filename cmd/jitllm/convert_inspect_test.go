@@ -12,7 +12,10 @@ import (
 	"github.com/jitllm/jitllm/runtime/jlm"
 )
 
-const stories = "../../testdata/stories260K.gguf"
+const (
+	stories = "../../testdata/stories260K.gguf"
+	tiny256 = "../../testdata/synthetic/tiny256-Q4_K_M.gguf" // head dim 64: whole q8_0 blocks
+)
 
 func TestConvertAndInspect(t *testing.T) {
 	dir := t.TempDir()

@@ -15,7 +15,7 @@ import (
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "doctor [-json] [-ctx N] [-batch N] [MODEL]",
+		Use:   "doctor [-json] [-ctx N] [-batch N] [-cache-type f16] [MODEL]",
 		Short: "check this host's CPU, GPUs and memory, and whether MODEL can run here",
 		Long: `doctor reports the host (OS, CPU model and features, cores, memory) and every
 device found (the CPU; CUDA GPUs through the driver; Vulkan and Metal when
@@ -26,7 +26,9 @@ non-zero when MODEL cannot run.
 
   -json      the same as JSON (stable schema, "schema": 1)
   -ctx N     context the estimate assumes (0 = the model's, at most 4096)
-  -batch N   rows per step the estimate assumes (0 = 512)`,
+  -batch N   rows per step the estimate assumes (0 = 512)
+  -cache-type T
+             KV cache type the estimate assumes: f16 (default) or q8_0`,
 		DisableFlagParsing: true,
 		RunE: func(c *cobra.Command, args []string) error {
 			err := runDoctor(c.OutOrStdout(), args)
@@ -49,8 +51,12 @@ func runDoctor(w io.Writer, args []string) error {
 	var opt discover.Options
 	fs.IntVar(&opt.Context, "ctx", 0, "context size")
 	fs.IntVar(&opt.MaxBatch, "batch", 0, "batch rows")
+	fs.StringVar(&opt.KVType, "cache-type", "f16", cacheTypeHelp)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
+		return err
+	}
+	if opt.KVType, err = parseCacheType(opt.KVType); err != nil {
 		return err
 	}
 	if len(pos) > 1 {
@@ -126,8 +132,8 @@ func printDoctor(w io.Writer, r discover.Report) {
 			p("  cpu %-7s %-7s %-18s %-10s tile %d×%d, %d weights\n", k.Type, rows, k.Order, k.ISA, k.Tile[0], k.Tile[1], k.Tensors)
 		}
 		if e := m.Estimate; e != nil {
-			p("  memory at context %d, batch %d: %s = weights %s + KV cache %s + activations %s + overhead %s\n",
-				e.Context, e.MaxBatch, discover.GiB(e.Total), discover.GiB(e.Weights), discover.GiB(e.KV),
+			p("  memory at context %d, batch %d: %s = weights %s + KV cache %s (%s) + activations %s + overhead %s\n",
+				e.Context, e.MaxBatch, discover.GiB(e.Total), discover.GiB(e.Weights), discover.GiB(e.KV), e.KVType,
 				discover.GiB(e.Activations+e.Graph), discover.GiB(e.Overhead))
 		}
 		for _, f := range m.Fits {

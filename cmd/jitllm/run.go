@@ -29,6 +29,7 @@ type genFlags struct {
 	devices   string
 	tune      tune.Mode
 	mmap      bool
+	cacheType string // the KV cache's type (exec.Options.KVType)
 
 	draft     string // a draft model's file (speculative decoding)
 	draftMax  int    // tokens drafted a step
@@ -60,7 +61,20 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.draft, "model-draft", "", "speculative decoding: a smaller model of the same vocabulary drafts tokens that one step of MODEL checks (CPU runner)")
 	fl.IntVar(&f.draftMax, "draft-max", 8, "speculative decoding: most tokens drafted a step")
 	fl.IntVar(&f.lookup, "lookup", 0, "speculative decoding without a draft model: guess that the sequence's last n tokens (n from this down to 1) go on as they did before (prompt lookup; 0 = off)")
+	fl.StringVar(&f.cacheType, "cache-type", exec.KVF16, cacheTypeHelp)
 	fl.Var(&f.tune, "tune", "kernel tuning (CPU block sizes and workers, CUDA decode mat-vec shapes): off (defaults), quick (a few candidates, measured on first use, cached) or full (a wider search)")
+}
+
+// cacheTypeHelp is --cache-type's help, on every command that takes it.
+const cacheTypeHelp = "KV cache type for K and V: f16 or q8_0; q8_0 halves its memory, as llama.cpp's -ctk/-ctv q8_0 (CPU runner)"
+
+// parseCacheType checks a --cache-type value.
+func parseCacheType(s string) (string, error) {
+	t, err := exec.ParseKVType(s)
+	if err != nil || s == "" {
+		return "", fmt.Errorf("--cache-type %q: want %s", s, exec.KVTypes)
+	}
+	return t, nil
 }
 
 func (f *genFlags) request(prompt string) generate.Request {
@@ -71,11 +85,15 @@ func (f *genFlags) open(path string) (*generate.Model, *generate.Session, error)
 	if err := f.samp.Validate(); err != nil {
 		return nil, nil, err
 	}
+	kvType, err := parseCacheType(f.cacheType)
+	if err != nil {
+		return nil, nil, err
+	}
 	m, err := generate.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	opt := exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune, Mmap: f.mmap}
+	opt := exec.Options{Threads: f.threads, Context: f.ctx, Tune: f.tune, Mmap: f.mmap, KVType: kvType}
 	s, err := m.NewSessionOn(f.devices, opt)
 	if err != nil {
 		m.Close()

@@ -20,7 +20,7 @@ import (
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-tune quick] [-mmap] [-json]",
+		Use:   "speed MODEL [-p 512] [-n 128] [-r 2] [-d 0] [-devices cpu] [-threads N] [-tune quick] [-cache-type f16] [-mmap] [-json]",
 		Short: "measure prefill and decode speed, as llama-bench does",
 		Long: `speed times MODEL (.gguf or .jlm): prefill (pp: one forward of -p tokens) and
 decode (tg: -n single-token forwards), each the best of -r runs after a warm-up,
@@ -39,6 +39,9 @@ object per test with the same fields.
                candidates per matmul shape, measured on first use and cached
                in the user cache dir; on CUDA the decode mat-vecs' shapes)
                or full (a wider search)
+  -cache-type T
+               KV cache type for K and V: f16 (default) or q8_0 (half the
+               memory, as llama.cpp's -ctk/-ctv q8_0; CPU runner)
   -mmap        CPU: read the weights from the file's memory mapping (the
                page cache) as llama.cpp does by default, instead of copying
                them into RAM when they fit in half of what is free
@@ -71,7 +74,10 @@ func runSpeed(ctx context.Context, w, log io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Threads, cfg.Tune, cfg.Mmap = bf.threads, bf.tune, bf.mmap
+	if err := bf.check(); err != nil {
+		return err
+	}
+	cfg.Threads, cfg.Tune, cfg.Mmap, cfg.KVType = bf.threads, bf.tune, bf.mmap, bf.kvType
 	if len(pos) != 1 {
 		return fmt.Errorf("speed takes one MODEL, got %d arguments (see jitllm speed -h)", len(pos))
 	}

@@ -30,12 +30,12 @@ func TestSpeedJSON(t *testing.T) {
 	for i, want := range []string{"pp16", "tg4"} {
 		r := rows[i]
 		for _, k := range []string{"model", "file", "size", "params", "backend", "threads", "test", "t_s", "avg_ts", "stddev_ts",
-			"samples_ts", "n_prompt", "n_gen", "n_depth", "n_batch", "cores", "loadavg_start", "loadavg_end"} {
+			"samples_ts", "n_prompt", "n_gen", "n_depth", "n_batch", "type_kv", "cores", "loadavg_start", "loadavg_end"} {
 			if _, ok := r[k]; !ok {
 				t.Errorf("row %d lacks %q", i, k)
 			}
 		}
-		if r["test"] != want || r["backend"] != "CPU" || r["threads"] != float64(1) || r["params"] != float64(292800) ||
+		if r["test"] != want || r["backend"] != "CPU" || r["threads"] != float64(1) || r["params"] != float64(292800) || r["type_kv"] != "f16" ||
 			r["size"] != float64(1171200) || r["model"] != "llama 292.80K F32" {
 			t.Errorf("row %d: %v", i, r)
 		}
@@ -75,11 +75,30 @@ func TestSpeedRejects(t *testing.T) {
 		{[]string{stories, "-devices", "cpu,,cpu"}, "an empty entry"},
 		{[]string{stories, "-r", "0"}, "-r ≥ 1"},
 		{[]string{stories, "-p", "0", "-n", "0"}, "nothing to run"},
+		{[]string{stories, "-cache-type", "q4_0"}, `--cache-type "q4_0": want f16 or q8_0`},
+		{[]string{stories, "--cache-type", "q8_0"}, "head dim that is a multiple of 32"},
+		{[]string{tiny256, "--cache-type", "q8_0", "-devices", "cuda"}, "the CUDA runner keeps an f16 KV cache"},
 		{[]string{}, "one MODEL"},
 	} {
 		if err := runSpeed(context.Background(), &out, &log, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// speed --cache-type q8_0 runs the q8_0 cache and says so.
+func TestSpeedCacheType(t *testing.T) {
+	var out, log bytes.Buffer
+	if err := runSpeed(context.Background(), &out, &log, []string{tiny256, "-p", "8", "-n", "2", "-r", "1", "--cache-type", "q8_0", "-json"}); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 || rows[0]["type_kv"] != "q8_0" {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	out.Reset()
+	if err := runSpeed(context.Background(), &out, &log, []string{tiny256, "-p", "8", "-n", "0", "-r", "1", "--cache-type=q8_0"}); err != nil || !strings.Contains(out.String(), "KV cache q8_0") {
+		t.Fatalf("%v:\n%s", err, out.String())
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jitllm/jitllm/runtime/devices"
+	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/generate"
 	"github.com/jitllm/jitllm/server"
 	"github.com/jitllm/jitllm/server/control"
@@ -85,6 +86,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	queueWait := fs.Duration("queue-wait", 30*time.Second, "longest wait for a session (then 503)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
 	devs := fs.String("devices", "cpu", "where models run: "+devices.Names+" (cuda: one GPU session per -max-sessions slot, all sharing one copy of the weights)")
+	cacheType := fs.String("cache-type", exec.KVF16, "KV cache type for K and V of every session: f16 or q8_0; q8_0 halves its memory, as llama.cpp's -ctk/-ctv q8_0 (CPU sessions)")
 	ctl := fs.Bool("control", true, "serve the control plane (Connect API: models, devices, sessions) on the same address")
 	var loadDirs list
 	fs.Var(&loadDirs, "load-dir", "the control plane may load model files from under this directory (repeatable; -models DIR and the directories of -load files are included)")
@@ -126,8 +128,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(specs) == 0 && (!*ctl || len(loadDirs) == 0) {
 		return errors.New("serve: no models: give -models DIR or -load FILE (or -load-dir DIR to load them through the control plane)")
 	}
-	if _, err := devices.Resolve(*devs); err != nil {
+	dev, err := devices.Resolve(*devs)
+	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	kvType, err := exec.ParseKVType(*cacheType)
+	if err != nil || *cacheType == "" {
+		return fmt.Errorf("serve: -cache-type %q: want %s", *cacheType, exec.KVTypes)
+	}
+	if dev == "cuda" && kvType != exec.KVF16 {
+		return fmt.Errorf("serve: the CUDA runner keeps an f16 KV cache; -cache-type %s runs on cpu (-devices cpu)", kvType)
 	}
 	if *lookup < 0 || *draftMax < 1 || *draftMax > generate.MaxDraft {
 		return fmt.Errorf("serve: -lookup %d, -draft-max %d: want -lookup ≥ 0 and -draft-max from 1 to %d", *lookup, *draftMax, generate.MaxDraft)
@@ -140,7 +150,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	srv := server.New(server.Config{Threads: *threads, Mmap: *mmapW, Context: *ctxLen, MaxSessions: *maxSessions, MaxQueue: *maxQueue, QueueWait: *queueWait,
-		Devices: *devs, Lookup: *lookup, DraftMax: *draftMax, LoadDirs: loadDirs, Logger: log})
+		Devices: *devs, KVType: kvType, Lookup: *lookup, DraftMax: *draftMax, LoadDirs: loadDirs, Logger: log})
 	defer srv.Close(context.Background())
 	if *ctl {
 		control.Register(srv)

@@ -62,3 +62,22 @@ func TestServeGracefulShutdown(t *testing.T) {
 		t.Error("still accepting after shutdown")
 	}
 }
+
+// -cache-type is checked before anything loads, and against the device and
+// the model when one does.
+func TestServeCacheType(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-cache-type", "q4_0"}, `-cache-type "q4_0": want f16 or q8_0`},
+		{[]string{"-cache-type", "q8_0", "-devices", "cuda"}, "f16 KV cache"},
+		{[]string{"-cache-type", "q8_0"}, "head dim"}, // stories260K's are 8 values
+	} {
+		args := append([]string{"-addr", "127.0.0.1:0", "-load", "../../testdata/stories260K.gguf", "-threads", "1", "-control=false"}, c.args...)
+		err := serve(context.Background(), args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+}

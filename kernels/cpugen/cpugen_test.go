@@ -29,18 +29,34 @@ func call(f any, args []any) any {
 	return out[0].Interface()
 }
 
+// sameBits compares every slice argument: float outputs bit for bit, and
+// the byte and f16 caches a store kernel writes.
 func sameBits(t *testing.T, what string, got, want []any) {
 	t.Helper()
 	for i := range want {
-		g, ok := got[i].([]float32)
-		if !ok {
-			continue
-		}
-		w := want[i].([]float32)
-		for j := range w {
-			if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
-				t.Fatalf("%s: arg %d [%d] = %v, interpreter says %v", what, i, j, g[j], w[j])
+		switch w := want[i].(type) {
+		case []float32:
+			g := got[i].([]float32)
+			for j := range w {
+				if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
+					t.Fatalf("%s: arg %d [%d] = %v, interpreter says %v", what, i, j, g[j], w[j])
+				}
 			}
+		case []byte:
+			sameElems(t, what, i, got[i].([]byte), w)
+		case []uint16:
+			sameElems(t, what, i, got[i].([]uint16), w)
+		case []int32:
+			sameElems(t, what, i, got[i].([]int32), w)
+		}
+	}
+}
+
+func sameElems[E comparable](t *testing.T, what string, arg int, got, want []E) {
+	t.Helper()
+	for j := range want {
+		if got[j] != want[j] {
+			t.Fatalf("%s: arg %d [%d] = %v, interpreter says %v", what, arg, j, got[j], want[j])
 		}
 	}
 }

@@ -432,3 +432,282 @@ func AttentionSeq(q []float32, kc []uint16, vc []uint16, y []float32, rowPos []i
 		}
 	}
 }
+
+// KVStoreSeqQ8_0 stores the rows of k and v, quantized to q8_0 blocks, into the caches at each row's sequence and position.
+func KVStoreSeqQ8_0(k []float32, v []float32, kq []byte, vq []byte, ks []uint16, vs []uint16, rowPos []int32, rowSeq []int32, kvDim int, ctx int) {
+	// parallel: callers split this loop by slicing
+	for blk := 0; blk < len(k)/32; blk++ {
+		nb := kvDim / 32
+		row := blk / nb
+		slot := (int(rowSeq[row]) * ctx) + int(rowPos[row])
+		at := (slot * nb) + (blk % nb)
+		xb := (*[32]float32)(k[blk*32:])
+		amax := float32(0)
+		for j := 0; j < 32; j++ {
+			amax = max(amax, max(xb[j], (-xb[j])))
+		}
+		a := amax
+		d := f16tof32(f32tof16(float32(a / 127)))
+		id := sel(a != 0, float32(127/a), float32(0))
+		qb := (*[32]byte)(kq[at*32:])
+		for j := 0; j < 32; j++ {
+			qb[j] = uint8(int32(float32(float32(float32(xb[j]*id)+1.2582912e+07) - 1.2582912e+07)))
+		}
+		ks[at] = f32tof16(d)
+		xb2 := (*[32]float32)(v[blk*32:])
+		amax2 := float32(0)
+		for j := 0; j < 32; j++ {
+			amax2 = max(amax2, max(xb2[j], (-xb2[j])))
+		}
+		a2 := amax2
+		d2 := f16tof32(f32tof16(float32(a2 / 127)))
+		id2 := sel(a2 != 0, float32(127/a2), float32(0))
+		qb2 := (*[32]byte)(vq[at*32:])
+		for j := 0; j < 32; j++ {
+			qb2[j] = uint8(int32(float32(float32(float32(xb2[j]*id2)+1.2582912e+07) - 1.2582912e+07)))
+		}
+		vs[at] = f32tof16(d2)
+	}
+}
+
+// AttentionSeqQ8_0 attends each (row, head) pair from pair t0 on, its query quantized to Q8_0, over its sequence's q8_0 KV caches up to the row's position.
+func AttentionSeqQ8_0(qq []byte, qd []float32, kq []byte, ks []uint16, vq []byte, vs []uint16, y []float32, rowPos []int32, rowSeq []int32, headDim int, heads int, group int, kvDim int, ctx int, t0 int, scale float32) {
+	// parallel: callers split this loop by slicing
+	for t := 0; t < len(y)/headDim; t++ {
+		qo := t * headDim
+		nb := headDim / 32
+		pr := t0 + t
+		row := pr / heads
+		pos := int(rowPos[row])
+		off := ((int(rowSeq[row]) * ctx) * kvDim) + (((pr % heads) / group) * headDim)
+		for d := 0; d < headDim; d++ {
+			y[qo+d] = float32(0)
+		}
+		M := float32(math.Inf(-1))
+		S := float32(0)
+		for j := 0; j < pos+1; j++ {
+			kb := (j * kvDim) + off
+			dot := float32(0)
+			for kblk := 0; kblk < nb; kblk++ {
+				qb := (*[32]byte)(qq[qo+(kblk*32):])
+				kbq := (*[32]byte)(kq[kb+(kblk*32):])
+				isum := int32(0)
+				{
+					isum = int32(isum + (int32(int8(qb[0])) * int32(int8(kbq[0]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[1])) * int32(int8(kbq[1]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[2])) * int32(int8(kbq[2]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[3])) * int32(int8(kbq[3]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[4])) * int32(int8(kbq[4]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[5])) * int32(int8(kbq[5]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[6])) * int32(int8(kbq[6]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[7])) * int32(int8(kbq[7]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[8])) * int32(int8(kbq[8]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[9])) * int32(int8(kbq[9]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[10])) * int32(int8(kbq[10]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[11])) * int32(int8(kbq[11]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[12])) * int32(int8(kbq[12]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[13])) * int32(int8(kbq[13]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[14])) * int32(int8(kbq[14]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[15])) * int32(int8(kbq[15]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[16])) * int32(int8(kbq[16]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[17])) * int32(int8(kbq[17]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[18])) * int32(int8(kbq[18]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[19])) * int32(int8(kbq[19]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[20])) * int32(int8(kbq[20]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[21])) * int32(int8(kbq[21]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[22])) * int32(int8(kbq[22]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[23])) * int32(int8(kbq[23]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[24])) * int32(int8(kbq[24]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[25])) * int32(int8(kbq[25]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[26])) * int32(int8(kbq[26]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[27])) * int32(int8(kbq[27]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[28])) * int32(int8(kbq[28]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[29])) * int32(int8(kbq[29]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[30])) * int32(int8(kbq[30]))))
+				}
+				{
+					isum = int32(isum + (int32(int8(qb[31])) * int32(int8(kbq[31]))))
+				}
+				dd := float32(qd[(qo/32)+kblk] * f16tof32(ks[(kb/32)+kblk]))
+				dot = float32(dot + float32(dd*float32(isum)))
+			}
+			s := float32(dot * scale)
+			m := M
+			gt := s > m
+			first := j == 0
+			ex := float32(math.Exp(float64(sel(gt, float32(m-s), float32(s-m)))))
+			ms := sel(first, float32(0), sel(gt, ex, float32(1)))
+			vs2 := sel(gt, float32(1), ex)
+			M = sel(gt, s, m)
+			for r := 0; r < sel(gt, headDim, 0); r++ {
+				y[qo+r] = float32(y[qo+r] * ms)
+			}
+			for vblk := 0; vblk < nb; vblk++ {
+				vd := f16tof32(vs[(kb/32)+vblk])
+				vbq := (*[32]byte)(vq[kb+(vblk*32):])
+				yb := (*[32]float32)(y[qo+(vblk*32):])
+				{
+					yb[0] = quant.FMA32(float32(float32(int8(vbq[0]))*vd), vs2, yb[0])
+				}
+				{
+					yb[1] = quant.FMA32(float32(float32(int8(vbq[1]))*vd), vs2, yb[1])
+				}
+				{
+					yb[2] = quant.FMA32(float32(float32(int8(vbq[2]))*vd), vs2, yb[2])
+				}
+				{
+					yb[3] = quant.FMA32(float32(float32(int8(vbq[3]))*vd), vs2, yb[3])
+				}
+				{
+					yb[4] = quant.FMA32(float32(float32(int8(vbq[4]))*vd), vs2, yb[4])
+				}
+				{
+					yb[5] = quant.FMA32(float32(float32(int8(vbq[5]))*vd), vs2, yb[5])
+				}
+				{
+					yb[6] = quant.FMA32(float32(float32(int8(vbq[6]))*vd), vs2, yb[6])
+				}
+				{
+					yb[7] = quant.FMA32(float32(float32(int8(vbq[7]))*vd), vs2, yb[7])
+				}
+				{
+					yb[8] = quant.FMA32(float32(float32(int8(vbq[8]))*vd), vs2, yb[8])
+				}
+				{
+					yb[9] = quant.FMA32(float32(float32(int8(vbq[9]))*vd), vs2, yb[9])
+				}
+				{
+					yb[10] = quant.FMA32(float32(float32(int8(vbq[10]))*vd), vs2, yb[10])
+				}
+				{
+					yb[11] = quant.FMA32(float32(float32(int8(vbq[11]))*vd), vs2, yb[11])
+				}
+				{
+					yb[12] = quant.FMA32(float32(float32(int8(vbq[12]))*vd), vs2, yb[12])
+				}
+				{
+					yb[13] = quant.FMA32(float32(float32(int8(vbq[13]))*vd), vs2, yb[13])
+				}
+				{
+					yb[14] = quant.FMA32(float32(float32(int8(vbq[14]))*vd), vs2, yb[14])
+				}
+				{
+					yb[15] = quant.FMA32(float32(float32(int8(vbq[15]))*vd), vs2, yb[15])
+				}
+				{
+					yb[16] = quant.FMA32(float32(float32(int8(vbq[16]))*vd), vs2, yb[16])
+				}
+				{
+					yb[17] = quant.FMA32(float32(float32(int8(vbq[17]))*vd), vs2, yb[17])
+				}
+				{
+					yb[18] = quant.FMA32(float32(float32(int8(vbq[18]))*vd), vs2, yb[18])
+				}
+				{
+					yb[19] = quant.FMA32(float32(float32(int8(vbq[19]))*vd), vs2, yb[19])
+				}
+				{
+					yb[20] = quant.FMA32(float32(float32(int8(vbq[20]))*vd), vs2, yb[20])
+				}
+				{
+					yb[21] = quant.FMA32(float32(float32(int8(vbq[21]))*vd), vs2, yb[21])
+				}
+				{
+					yb[22] = quant.FMA32(float32(float32(int8(vbq[22]))*vd), vs2, yb[22])
+				}
+				{
+					yb[23] = quant.FMA32(float32(float32(int8(vbq[23]))*vd), vs2, yb[23])
+				}
+				{
+					yb[24] = quant.FMA32(float32(float32(int8(vbq[24]))*vd), vs2, yb[24])
+				}
+				{
+					yb[25] = quant.FMA32(float32(float32(int8(vbq[25]))*vd), vs2, yb[25])
+				}
+				{
+					yb[26] = quant.FMA32(float32(float32(int8(vbq[26]))*vd), vs2, yb[26])
+				}
+				{
+					yb[27] = quant.FMA32(float32(float32(int8(vbq[27]))*vd), vs2, yb[27])
+				}
+				{
+					yb[28] = quant.FMA32(float32(float32(int8(vbq[28]))*vd), vs2, yb[28])
+				}
+				{
+					yb[29] = quant.FMA32(float32(float32(int8(vbq[29]))*vd), vs2, yb[29])
+				}
+				{
+					yb[30] = quant.FMA32(float32(float32(int8(vbq[30]))*vd), vs2, yb[30])
+				}
+				{
+					yb[31] = quant.FMA32(float32(float32(int8(vbq[31]))*vd), vs2, yb[31])
+				}
+			}
+			S = float32(float32(S*ms) + vs2)
+		}
+		inv := float32(1 / S)
+		for d := 0; d < headDim; d++ {
+			y[qo+d] = float32(y[qo+d] * inv)
+		}
+	}
+}

@@ -8,6 +8,8 @@ var Funcs = map[string]any{
 	"RopeNeoxSeq":      RopeNeoxSeq,
 	"KVStoreSeq":       KVStoreSeq,
 	"AttentionSeq":     AttentionSeq,
+	"KVStoreSeqQ8_0":   KVStoreSeqQ8_0,
+	"AttentionSeqQ8_0": AttentionSeqQ8_0,
 	"DequantQ4_0":      DequantQ4_0,
 	"DequantQ4_1":      DequantQ4_1,
 	"DequantQ5_0":      DequantQ5_0,

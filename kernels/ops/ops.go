@@ -16,12 +16,14 @@ func Groups() map[string][]*k.Kernel {
 	for _, d := range Dots() {
 		dot = append(dot, d.Kernel)
 	}
+	attn := []*k.Kernel{RopeSeq(dsl.RopeNormal), RopeSeq(dsl.RopeNeox), KVStoreSeq(), AttentionSeq(),
+		KVStoreSeqQ8_0(), AttentionSeqQ8_0()}
 	return map[string][]*k.Kernel{
 		"dot":       dot,
 		"dequant":   dq,
 		"matvec":    mv,
 		"norm":      {RMSNorm(true), RMSNorm(false), Softmax()},
 		"rope":      {Rope(dsl.RopeNormal), Rope(dsl.RopeNeox)},
-		"attention": {RopeSeq(dsl.RopeNormal), RopeSeq(dsl.RopeNeox), KVStoreSeq(), AttentionSeq()},
+		"attention": attn,
 	}
 }

@@ -39,6 +39,7 @@ type Config struct {
 	Devices  string    // -devices value (runtime/devices); "" = cpu
 	Tune     tune.Mode // kernel tuning (exec.Options.Tune: CPU blocks, CUDA mat-vec shapes)
 	Mmap     bool      // CPU weights stay in the file's mapping (exec.Options.Mmap)
+	KVType   string    // KV cache type (exec.Options.KVType); "" = f16
 	// Progress, when set, is told each run's figure as it is measured.
 	Progress func(test string, run int, tps float64)
 }
@@ -64,6 +65,7 @@ type Report struct {
 	Backend  string        `json:"backend"`
 	Threads  int           `json:"threads"`
 	MaxBatch int           `json:"n_batch"`
+	KVType   string        `json:"type_kv"` // the KV cache's type, K's and V's (llama-bench's type_k, type_v)
 	CPU      string        `json:"cpu,omitempty"`
 	Cores    int           `json:"cores"`
 	LoadAvg  [2][3]float64 `json:"-"` // 1, 5 and 15-minute load averages at the start and at the end
@@ -121,6 +123,7 @@ type Row struct {
 	Backend   string     `json:"backend"`
 	Threads   int        `json:"threads"`
 	MaxBatch  int        `json:"n_batch"`
+	KVType    string     `json:"type_kv"`
 	CPU       string     `json:"cpu,omitempty"`
 	Cores     int        `json:"cores"`
 	LoadStart [3]float64 `json:"loadavg_start"` // 1, 5 and 15-minute load averages
@@ -137,7 +140,7 @@ func (r *Report) Rows() []Row {
 	out := make([]Row, len(r.Tests))
 	for i, t := range r.Tests {
 		out[i] = Row{Model: r.Model, File: r.File, Size: r.Size, Params: r.Params, Backend: r.Backend, Threads: r.Threads,
-			MaxBatch: r.MaxBatch, CPU: r.CPU, Cores: r.Cores, LoadStart: r.LoadAvg[0], LoadEnd: r.LoadAvg[1],
+			MaxBatch: r.MaxBatch, KVType: r.KVType, CPU: r.CPU, Cores: r.Cores, LoadStart: r.LoadAvg[0], LoadEnd: r.LoadAvg[1],
 			DecodeBytes: r.DecodeBytes, Bandwidth: r.Bandwidth, Test: t}
 	}
 	return out
@@ -162,12 +165,16 @@ func Run(ctx context.Context, m *exec.Model, path string, cfg Config) (*Report, 
 		batch = min(max(cfg.Prompt, cfg.Depth, 8), 512)
 	}
 	ctxLen := max(cfg.Prompt, cfg.Depth+cfg.Gen, 9)
-	rep := &Report{File: path, Threads: threads, Cores: runtime.NumCPU(), CPU: cpuName()}
+	kvType, err := exec.ParseKVType(cfg.KVType)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	rep := &Report{File: path, Threads: threads, KVType: kvType, Cores: runtime.NumCPU(), CPU: cpuName()}
 	rep.Model, rep.Size, rep.Params = Describe(m.Src)
 	rep.DecodeBytes = DecodeBytes(m)
 	rep.LoadAvg[0] = loadAvg()
 
-	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen, Tune: cfg.Tune, Mmap: cfg.Mmap})
+	r, backend, err := devices.NewRunner(m, cfg.Devices, exec.Options{Threads: threads, MaxBatch: batch, Context: ctxLen, Tune: cfg.Tune, Mmap: cfg.Mmap, KVType: kvType})
 	if err != nil {
 		return nil, err
 	}
@@ -415,8 +422,8 @@ func (r *Report) Table(w io.Writer) error {
 	if len(r.Tests) > 0 {
 		n = len(r.Tests[0].Samples)
 	}
-	fmt.Fprintf(&b, "\n%s, %d cores; best of %d runs after a warm-up, batch %d; load average %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end\n",
-		r.CPU, r.Cores, n, r.MaxBatch, r.LoadAvg[0][0], r.LoadAvg[0][1], r.LoadAvg[0][2], r.LoadAvg[1][0], r.LoadAvg[1][1], r.LoadAvg[1][2])
+	fmt.Fprintf(&b, "\n%s, %d cores; best of %d runs after a warm-up, batch %d, KV cache %s; load average %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end\n",
+		r.CPU, r.Cores, n, r.MaxBatch, orF16(r.KVType), r.LoadAvg[0][0], r.LoadAvg[0][1], r.LoadAvg[0][2], r.LoadAvg[1][0], r.LoadAvg[1][1], r.LoadAvg[1][2])
 	for _, t := range r.Tests {
 		if t.Gen == 0 || r.DecodeBytes == 0 {
 			continue
@@ -453,4 +460,12 @@ func loadAvg() (l [3]float64) {
 		l[i], _ = strconv.ParseFloat(f, 64)
 	}
 	return l
+}
+
+// orF16 names an unset cache type by its default.
+func orF16(kvType string) string {
+	if kvType == "" {
+		return exec.KVF16
+	}
+	return kvType
 }

@@ -42,6 +42,7 @@ type StreamsConfig struct {
 	Seed    uint64    // the random prompts' seed
 	Tune    tune.Mode // kernel tuning (exec.Options.Tune)
 	Mmap    bool      // CPU weights stay in the file's mapping (exec.Options.Mmap)
+	KVType  string    // KV cache type (exec.Options.KVType); "" = f16
 	// Prompts, when set, are the streams' prompts (stream i takes
 	// Prompts[i % len]), each cut to Prompt tokens; else stream i's prompt is
 	// Prompt random ids of the vocabulary, seeded by Seed and i.
@@ -89,6 +90,7 @@ type StreamsReport struct {
 	Params    int64        `json:"params"`
 	Backend   string       `json:"backend"`
 	Threads   int          `json:"threads"`
+	KVType    string       `json:"type_kv"`
 	CPU       string       `json:"cpu,omitempty"`
 	Cores     int          `json:"cores"`
 	Reps      int          `json:"reps"`
@@ -120,6 +122,9 @@ func CheckStreams(cfg StreamsConfig) error {
 	case cfg.Threads < 0 || cfg.Threads > 4096:
 		return fmt.Errorf("threads %d outside 0..4096", cfg.Threads)
 	}
+	if _, err := exec.ParseKVType(cfg.KVType); err != nil {
+		return err
+	}
 	for _, s := range cfg.Streams {
 		if s*(cfg.Prompt+cfg.Gen) > MaxStreamsKVRows {
 			return fmt.Errorf("%d streams × (%d + %d) tokens is %d KV positions; at most %d", s, cfg.Prompt, cfg.Gen, s*(cfg.Prompt+cfg.Gen), MaxStreamsKVRows)
@@ -149,7 +154,7 @@ func RunStreams(ctx context.Context, m *generate.Model, path string, cfg Streams
 	if threads == 0 {
 		threads = runtime.NumCPU()
 	}
-	rep := &StreamsReport{File: path, Backend: "CPU", Threads: threads, Cores: runtime.NumCPU(), CPU: cpuName(), Reps: reps}
+	rep := &StreamsReport{File: path, Backend: "CPU", Threads: threads, KVType: orF16(cfg.KVType), Cores: runtime.NumCPU(), CPU: cpuName(), Reps: reps}
 	rep.Model, rep.Size, rep.Params = Describe(m.Src)
 	rep.LoadStart = loadAvg()
 
@@ -228,7 +233,7 @@ func runStreams(ctx context.Context, m *generate.Model, cfg StreamsConfig, threa
 	run := StreamsRun{Streams: s, Prompt: cfg.Prompt, Gen: cfg.Gen}
 	// One step can carry every stream's prompt, as the server's default
 	// batch of 512 rows does for its usual prompts.
-	e, err := m.NewEngine(exec.Options{Threads: threads, Context: cfg.Prompt + cfg.Gen, MaxBatch: min(max(s*cfg.Prompt, s), 512), Tune: cfg.Tune, Mmap: cfg.Mmap}, s)
+	e, err := m.NewEngine(exec.Options{Threads: threads, Context: cfg.Prompt + cfg.Gen, MaxBatch: min(max(s*cfg.Prompt, s), 512), Tune: cfg.Tune, Mmap: cfg.Mmap, KVType: cfg.KVType}, s)
 	if err != nil {
 		return run, err
 	}
@@ -407,8 +412,8 @@ func (r *StreamsReport) Table(w io.Writer) error {
 			b.WriteString("|\n")
 		}
 	}
-	fmt.Fprintf(&b, "\n%s, %d cores; best of %d runs after a warm-up, one engine per stream count; load average %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end\n",
-		r.CPU, r.Cores, r.Reps, r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2])
+	fmt.Fprintf(&b, "\n%s, %d cores; best of %d runs after a warm-up, one engine per stream count, KV cache %s; load average %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end\n",
+		r.CPU, r.Cores, r.Reps, orF16(r.KVType), r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2])
 	_, err := io.WriteString(w, b.String())
 	return err
 }

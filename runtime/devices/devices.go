@@ -68,6 +68,22 @@ func Parse(spec string) (ids []string, auto bool, err error) {
 	}
 }
 
+// checkKVType refuses a cache type that only the CPU runner keeps when a
+// CUDA device is among ids: gpuexec's caches are f16, and a silent f16
+// cache would not be what was asked.
+func checkKVType(ids []string, kvType string) error {
+	t, err := exec.ParseKVType(kvType)
+	if err != nil || t == exec.KVF16 {
+		return err
+	}
+	for _, id := range ids {
+		if id != "cpu" {
+			return fmt.Errorf("the CUDA runner keeps an f16 KV cache; --cache-type %s runs on cpu (-devices cpu)", t)
+		}
+	}
+	return nil
+}
+
 // autoIDs are the devices auto may use: every CUDA device, then the CPU.
 func autoIDs() []string {
 	devs, err := cuda.Devices()
@@ -93,23 +109,26 @@ func NewRunner(m *exec.Model, spec string, opt exec.Options) (Runner, string, er
 	so := sched.Options{Options: opt, Piece: opt.MaxBatch}
 	if auto {
 		ids = autoIDs()
-		if len(ids) > 1 {
-			devs, err := sched.Devices(ids)
+	}
+	if err := checkKVType(ids, opt.KVType); err != nil {
+		return nil, "", fmt.Errorf("-devices %s: %w", spec, err)
+	}
+	if auto && len(ids) > 1 {
+		devs, err := sched.Devices(ids)
+		if err != nil {
+			return nil, "", fmt.Errorf("-devices auto: %w", err)
+		}
+		pl, err := sched.PlanOn(m, devs, so, true)
+		if err != nil {
+			return nil, "", fmt.Errorf("-devices auto: %w", err)
+		}
+		ids = []string{pl[0].Device.ID}
+		if len(pl) > 1 {
+			r, err := sched.New(m, pl, so)
 			if err != nil {
-				return nil, "", fmt.Errorf("-devices auto: %w", err)
+				return nil, "", err
 			}
-			pl, err := sched.PlanOn(m, devs, so, true)
-			if err != nil {
-				return nil, "", fmt.Errorf("-devices auto: %w", err)
-			}
-			ids = []string{pl[0].Device.ID}
-			if len(pl) > 1 {
-				r, err := sched.New(m, pl, so)
-				if err != nil {
-					return nil, "", err
-				}
-				return r, "split " + pl.Short(), nil
-			}
+			return r, "split " + pl.Short(), nil
 		}
 	}
 	if len(ids) > 1 {

@@ -118,3 +118,52 @@ func TestNewRunnerSplit(t *testing.T) {
 		}
 	}
 }
+
+// A q8_0 cache reaches every CPU stage of a pipeline (a split over two
+// CPU stages computes one CPU runner's bits, not the f16 cache's), and a
+// CUDA device asked for it is refused rather than given an f16 cache.
+func TestNewRunnerKVType(t *testing.T) {
+	src, err := weights.Open("../../testdata/synthetic/tiny256-Q4_K_M.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	m, err := exec.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := []int32{1, 403, 407, 261, 378, 286, 310}
+	logits := func(spec, kv string) []float32 {
+		r, _, err := NewRunner(m, spec, exec.Options{Threads: 1, Context: 32, MaxBatch: 4, KVType: kv})
+		if err != nil {
+			t.Fatalf("%s %s: %v", spec, kv, err)
+		}
+		defer r.Close()
+		out, err := r.Forward(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), out...)
+	}
+	one, split, f16 := logits("cpu", exec.KVQ8_0), logits("cpu,cpu", exec.KVQ8_0), logits("cpu", exec.KVF16)
+	same := func(a, b []float32) bool {
+		for i := range a {
+			if a[i] != b[i] {
+				return false
+			}
+		}
+		return true
+	}
+	if !same(one, split) || same(one, f16) {
+		t.Errorf("q8_0: split equals one runner %v, one runner equals f16 %v", same(one, split), same(one, f16))
+	}
+	for _, spec := range []string{"cuda", "cuda:1", "cpu,cuda:0"} {
+		_, _, err := NewRunner(m, spec, exec.Options{KVType: exec.KVQ8_0})
+		if err == nil || !strings.Contains(err.Error(), "f16 KV cache") || !strings.Contains(err.Error(), "runs on cpu") {
+			t.Errorf("%s with q8_0: %v", spec, err)
+		}
+	}
+	if _, _, err := NewRunner(m, "cpu", exec.Options{KVType: "q4_0"}); err == nil || !strings.Contains(err.Error(), "q4_0") {
+		t.Errorf("an unknown cache type: %v", err)
+	}
+}

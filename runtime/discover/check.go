@@ -113,6 +113,9 @@ func CheckModel(path string, devs []Device, opt Options) ModelReport {
 		return fail(err.Error(), "the file does not match the "+fam.Name+" graph: check it with jitllm inspect FILE, or re-convert it")
 	}
 	r.Supported = true
+	if err := exec.CheckKVType(g, opt.KVType); err != nil {
+		return fail(err.Error(), "run with -cache-type f16")
+	}
 
 	// How each bound weight is used decides which kernel it needs.
 	matmul := make([]bool, len(g.Weights))
@@ -173,6 +176,10 @@ func CheckModel(path string, devs []Device, opt Options) ModelReport {
 				}
 			}
 			f := fitOn(d, b, r.QuantTypes, e)
+			if d.Kind == "cuda" && est.KVType != exec.KVF16 {
+				f.CanRun = false
+				f.Problems = append(f.Problems, Problem{SevError, cudaKVType, "run on cpu (-devices cpu) or with -cache-type f16"})
+			}
 			r.Fits = append(r.Fits, f)
 			r.CanRun = r.CanRun || f.CanRun
 		}
@@ -217,6 +224,9 @@ func fitOn(d Device, b capabilities.Backend, qs []QuantUse, est Estimate) Fit {
 	f.CanRun = f.Quant && f.Memory
 	return f
 }
+
+// cudaKVType is why a CUDA device cannot take a cache type other than f16.
+const cudaKVType = "the CUDA runner keeps an f16 KV cache; -cache-type q8_0 runs on cpu"
 
 // gpuEstimate is the device memory the CUDA backend allocates for the model
 // with a KV cache of context positions (gpuexec.EstimateBytes).

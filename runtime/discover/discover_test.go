@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/gguf"
 	"github.com/jitllm/jitllm/runtime/meta"
 	"github.com/jitllm/jitllm/runtime/weights"
@@ -235,4 +236,24 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// A q8_0 cache is priced and checked: it fits on the CPU, the CUDA backend
+// (f16 caches only) is marked unable to keep it, and heads of 8 values
+// (stories260K) cannot.
+func TestCheckModelKVType(t *testing.T) {
+	devs := append(cpuOnly(8<<30), Device{ID: "cuda:0", Kind: "cuda", Name: "test", MemTotal: 8 << 30, MemFree: 8 << 30, Backends: []string{"cuda"}})
+	r := CheckModel("../../testdata/synthetic/tiny256-Q8_0.gguf", devs, Options{KVType: exec.KVQ8_0})
+	if !r.CanRun || r.Estimate == nil || r.Estimate.KVType != exec.KVQ8_0 || len(r.Fits) != 2 {
+		t.Fatalf("tiny256 with q8_0: %+v", r)
+	}
+	for _, f := range r.Fits {
+		if cuda := f.Device == "cuda:0"; f.CanRun == cuda || cuda != (len(f.Problems) == 1 && f.Problems[0].Message == cudaKVType) {
+			t.Errorf("fit %+v", f)
+		}
+	}
+	r = CheckModel("../../testdata/stories260K.gguf", cpuOnly(8<<30), Options{KVType: exec.KVQ8_0})
+	if p := firstError(r.Problems); r.CanRun || !strings.Contains(p.Message, "multiple of 32") || !strings.Contains(p.Action, "-cache-type f16") {
+		t.Errorf("stories260K with q8_0: %+v", r)
+	}
 }

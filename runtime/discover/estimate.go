@@ -5,14 +5,16 @@ import (
 
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 // Options are the run settings an estimate depends on, as exec.Options
 // names them; zero values take exec's defaults.
 type Options struct {
-	Context  int // KV cache positions; 0 = the model's trained context, capped at 4096
-	MaxBatch int // rows per step; 0 = 512 (never more than Context)
+	Context  int    // KV cache positions; 0 = the model's trained context, capped at 4096
+	MaxBatch int    // rows per step; 0 = 512 (never more than Context)
+	KVType   string // KV cache type (exec.KVF16, exec.KVQ8_0); "" = f16
 }
 
 // Overhead is the fixed memory a jitllm process needs beyond the model: the
@@ -26,8 +28,10 @@ type Estimate struct {
 	// Weights are every tensor the graph binds (a CPU runner copies its
 	// matmul weights into RAM when they fit, else they stay mapped).
 	Weights int64 `json:"weights_bytes"`
-	// KV is the f16 KV cache: 2 × layers × context × kv_dim × 2 bytes.
-	KV int64 `json:"kv_cache_bytes"`
+	// KV is the KV cache: 2 × layers × context × kv_dim values, 2 bytes
+	// each in f16, 34 bytes a 32 in q8_0 (KVType).
+	KV     int64  `json:"kv_cache_bytes"`
+	KVType string `json:"kv_cache_type"`
 	// Activations are the planned node buffers and the kernels' scratch.
 	Activations int64 `json:"activations_bytes"`
 	// Graph is the graph, its bound weights and the plan's bookkeeping.
@@ -59,12 +63,17 @@ func (o Options) resolve(trained int) Options {
 
 // EstimateMemory is what running g (built for src) with opt needs, by the
 // same plan runtime/exec makes: node buffers reused by liveness (best fit),
-// an f16 KV cache per attention layer, the matmul input rows quantized to
-// each weight type's dot partner, and the norm and rope vectors decoded.
+// a KV cache of opt's type per attention layer, the matmul input rows
+// quantized to each weight type's dot partner, and the norm and rope
+// vectors decoded.
 func EstimateMemory(g *dsl.G, src weights.Source, opt Options) (Estimate, error) {
 	trained, _ := src.Meta().Uint(g.Arch + ".context_length")
 	opt = opt.resolve(int(trained))
-	e := Estimate{Context: opt.Context, MaxBatch: opt.MaxBatch, Overhead: Overhead}
+	kvType, err := exec.ParseKVType(opt.KVType)
+	if err != nil {
+		return Estimate{}, err
+	}
+	e := Estimate{Context: opt.Context, MaxBatch: opt.MaxBatch, KVType: kvType, Overhead: Overhead}
 	types := make([]quant.Type, len(g.Weights))
 	for i, w := range g.Weights {
 		t, ok := src.Tensor(w.GGUF)
@@ -109,9 +118,11 @@ func EstimateMemory(g *dsl.G, src weights.Source, opt Options) (Estimate, error)
 			e.Activations += vec(n.Weight) + vec(n.Bias)
 		}
 	}
+	kv := exec.KVLayout{Type: kvType} // the rows exec's cache keeps per position
 	for _, dim := range kvLayers {
-		e.KV += 2 * ctx * dim * 2
+		kv.Dims = append(kv.Dims, int(dim))
 	}
+	e.KV = ctx * int64(kv.BytesPerToken())
 	e.Activations += rows*maxQ + 4*rows*maxAttn + 4*rows*maxRope + 4*rows // quantized rows, f16 queries, rope cos/sin, token ids
 
 	// The graph and the plan's bookkeeping: nodes, weights (names, shapes),

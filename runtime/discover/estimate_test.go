@@ -22,7 +22,7 @@ func measure(t *testing.T, src weights.Source, opt Options) (int64, *exec.Runner
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := exec.NewRunner(m, exec.Options{Threads: 1, Context: opt.Context, MaxBatch: opt.MaxBatch})
+	r, err := exec.NewRunner(m, exec.Options{Threads: 1, Context: opt.Context, MaxBatch: opt.MaxBatch, KVType: opt.KVType})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +50,7 @@ func TestEstimateMatchesRealLoad(t *testing.T) {
 		{"../../testdata/stories260K.gguf", Options{Context: 256, MaxBatch: 1}},
 		{"../../testdata/synthetic/tiny256-Q8_0.gguf", Options{}},
 		{"../../testdata/synthetic/tiny256-Q8_0.gguf", Options{Context: 1024, MaxBatch: 64}},
+		{"../../testdata/synthetic/tiny256-Q8_0.gguf", Options{Context: 4096, MaxBatch: 64, KVType: exec.KVQ8_0}},
 	}
 	for _, c := range cases {
 		src, err := weights.Open(c.path)
@@ -64,9 +65,12 @@ func TestEstimateMatchesRealLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, r := measure(t, src, Options{Context: est.Context, MaxBatch: est.MaxBatch})
+		got, r := measure(t, src, Options{Context: est.Context, MaxBatch: est.MaxBatch, KVType: c.opt.KVType})
 		if r.Context() != est.Context {
 			t.Errorf("%s: estimate assumes %d positions, exec planned %d", c.path, est.Context, r.Context())
+		}
+		if est.KV != r.KVBytes() {
+			t.Errorf("%s %s: estimate's KV %d bytes, the runner's %d", c.path, est.KVType, est.KV, r.KVBytes())
 		}
 		r.Close()
 		src.Close()

@@ -93,7 +93,11 @@ const (
 // with the query rounded once per head instead of once per position, each
 // key and value row decoded once for the heads that share it, and the f16
 // conversions inlined (attention_test.go holds the two equal bit for bit). Row r's cache slot is sequence rowSeq[r]'s.
+// A q8_0 cache (Options.KVType) is lowerAttentionQ8's.
 func (r *Runner) lowerAttention(id int, n *dsl.Node) (func(), error) {
+	if r.opt.KVType == KVQ8_0 {
+		return r.lowerAttentionQ8(id, n)
+	}
 	p := n.Attn
 	q, k, v := r.bufs[n.In[0]], r.bufs[n.In[1]], r.bufs[n.In[2]]
 	y := r.bufs[id]

@@ -9,10 +9,15 @@ import (
 
 // A sequence copied with CopySeq, or saved and loaded into another runner,
 // continues exactly as the original: the next step's logits are equal bit
-// for bit.
+// for bit, in either cache type.
 func TestCopySaveLoadSeq(t *testing.T) {
+	copySaveLoadSeq(t, "stories260K.gguf", KVF16)
+	copySaveLoadSeq(t, "synthetic/tiny256-Q4_K_M.gguf", KVQ8_0)
+}
+
+func copySaveLoadSeq(t *testing.T, model, kv string) {
 	prompt := []int32{1, 403, 407, 261, 378, 432}
-	r := load(t, "stories260K.gguf", Options{Sequences: 3, Context: 32})
+	r := load(t, model, Options{Sequences: 3, Context: 32, KVType: kv})
 	rows := make([]int32, len(prompt))
 	if _, err := r.ForwardBatch(Batch{Tokens: prompt, Seq: rows, Logits: 1}); err != nil {
 		t.Fatal(err)
@@ -45,11 +50,11 @@ func TestCopySaveLoadSeq(t *testing.T) {
 	v := r.m.VocabSize()
 	for s := 1; s < 3; s++ {
 		if !slices.Equal(out[:v], out[s*v:(s+1)*v]) {
-			t.Errorf("sequence %d's logits differ from sequence 0's", s)
+			t.Errorf("%s: sequence %d's logits differ from sequence 0's", kv, s)
 		}
 	}
 	// The loaded bytes also continue in another runner of the model.
-	o := load(t, "stories260K.gguf", Options{Context: 32})
+	o := load(t, model, Options{Context: 32, KVType: kv})
 	if !o.KVLayout().Equal(l) {
 		t.Fatalf("layouts %v and %v", o.KVLayout().Dims, l.Dims)
 	}
@@ -65,7 +70,7 @@ func TestCopySaveLoadSeq(t *testing.T) {
 	}
 	for i := range got {
 		if d := math.Abs(float64(got[i] - want[i])); d > batchTol {
-			t.Fatalf("logit %d: loaded %g, original %g", i, got[i], want[i])
+			t.Fatalf("%s: logit %d: loaded %g, original %g", kv, i, got[i], want[i])
 		}
 	}
 	if err := r.CopySeq(0, 0, 1); err == nil {

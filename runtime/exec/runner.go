@@ -29,6 +29,12 @@ type Options struct {
 	// memory when the runner's matmul weights fit in half the available RAM
 	// (faster to stream: resident.go).
 	Mmap bool
+
+	// KVType is the KV cache's type: "" or KVF16 (f16 values, llama.cpp's
+	// default), or KVQ8_0 (int8 blocks of 32 with an f16 scale: about half
+	// the memory, as llama.cpp's -ctk/-ctv q8_0; CPU runner only, head dims
+	// a multiple of 32).
+	KVType string
 }
 
 // Batch is one step over rows from several sequences: row i feeds Tokens[i]
@@ -75,11 +81,16 @@ type Runner struct {
 	matmuls []*matmul
 	tc      *tune.Cache
 	ropeCS  []float32 // scratch: each row's rope cos/sin pairs
+	attnQQ  []byte    // scratch: the step's queries quantized to Q8_0 (a q8_0 cache's attention)
+	attnQD  []float32 // and their blocks' scales
 }
 
+// layerKV is one layer's cache; only its type's arrays are allocated.
 type layerKV struct {
-	k, v []uint16 // [Sequences][Context][KVHeads*HeadDim], f16 as llama.cpp keeps them
-	dim  int
+	k, v   []uint16 // f16: [Sequences][Context][KVHeads*HeadDim], as llama.cpp keeps them
+	kq, vq []byte   // q8_0: int8 quants, laid out as k and v
+	ks, vs []uint16 // q8_0: the f16 scale of each block of 32 values, [Sequences][Context][dim/32]
+	dim    int
 }
 
 // NewRunner plans m's graph for opt.
@@ -99,6 +110,10 @@ func NewRunner(m *Model, opt Options) (*Runner, error) {
 	if opt.Sequences <= 0 {
 		opt.Sequences = 1
 	}
+	if err := CheckKVType(m.Graph, opt.KVType); err != nil {
+		return nil, err
+	}
+	opt.KVType, _ = ParseKVType(opt.KVType)
 	m.settle(opt.Mmap)
 	r := &Runner{m: m, opt: opt, pool: NewPool(opt.Threads), tokens: make([]int32, opt.MaxBatch),
 		rowSeq: make([]int32, opt.MaxBatch), rowPos: make([]int32, opt.MaxBatch), seqPos: make([]int, opt.Sequences), seqRows: make([]int, opt.Sequences)}
@@ -296,7 +311,7 @@ func (r *Runner) plan() error {
 			}
 			dim := n.Attn.KVHeads * n.Attn.HeadDim
 			size := r.opt.Sequences * r.opt.Context * dim
-			r.kv[n.Layer] = layerKV{k: make([]uint16, size), v: make([]uint16, size), dim: dim}
+			r.kv[n.Layer] = newLayerKV(r.opt.KVType, size, dim)
 		}
 	}
 	r.qbuf = make([]byte, rows*maxQ)

@@ -134,10 +134,13 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// A warm decode step allocates nothing on the Go heap.
+// A warm decode step allocates nothing on the Go heap, with either cache.
 func TestDecodeAllocatesNothing(t *testing.T) {
-	for _, model := range []string{"stories260K.gguf", "synthetic/tiny256-Q4_K_M.gguf"} {
-		r := load(t, model, Options{Context: 512})
+	for _, c := range []struct{ model, kv string }{
+		{"stories260K.gguf", KVF16}, {"synthetic/tiny256-Q4_K_M.gguf", KVF16}, {"synthetic/tiny256-Q4_K_M.gguf", KVQ8_0},
+	} {
+		model := c.model + " " + c.kv
+		r := load(t, c.model, Options{Context: 512, KVType: c.kv})
 		if _, err := r.Forward([]int32{1, 17, 300}); err != nil {
 			t.Fatal(err)
 		}
@@ -203,12 +206,17 @@ func (r retyped) Tensor(name string) (weights.Tensor, bool) {
 }
 
 // Rows of several sequences in one step give each sequence what it would
-// get alone: the KV slots and positions are kept apart.
+// get alone: the KV slots and positions are kept apart, in either cache.
 func TestForwardBatchMatchesSeparateSequences(t *testing.T) {
+	forwardBatchMatchesSeparate(t, "stories260K.gguf", KVF16)
+	forwardBatchMatchesSeparate(t, "synthetic/tiny256-Q4_K_M.gguf", KVQ8_0)
+}
+
+func forwardBatchMatchesSeparate(t *testing.T, model, kv string) {
 	a := []int32{1, 403, 407, 261, 378}
 	b := []int32{1, 297, 422, 385}
 	alone := func(p []int32) []float32 {
-		r := load(t, "stories260K.gguf", Options{})
+		r := load(t, model, Options{KVType: kv})
 		out, err := r.Forward(p)
 		if err != nil {
 			t.Fatal(err)
@@ -216,7 +224,7 @@ func TestForwardBatchMatchesSeparateSequences(t *testing.T) {
 		return append([]float32(nil), out...)
 	}
 	wantA, wantB := alone(a), alone(b)
-	r := load(t, "stories260K.gguf", Options{Sequences: 3})
+	r := load(t, model, Options{Sequences: 3, KVType: kv})
 	// Prompts' leading rows first, the two rows that need logits last.
 	var batch Batch
 	for _, tok := range a[:len(a)-1] {
@@ -235,10 +243,10 @@ func TestForwardBatchMatchesSeparateSequences(t *testing.T) {
 	v := r.m.VocabSize()
 	for j := 0; j < v; j++ {
 		if d := math.Abs(float64(got[j] - wantA[j])); d > batchTol {
-			t.Fatalf("sequence a logit %d: %g, alone %g", j, got[j], wantA[j])
+			t.Fatalf("%s %s: sequence a logit %d: %g, alone %g", model, kv, j, got[j], wantA[j])
 		}
 		if d := math.Abs(float64(got[v+j] - wantB[j])); d > batchTol {
-			t.Fatalf("sequence b logit %d: %g, alone %g", j, got[v+j], wantB[j])
+			t.Fatalf("%s %s: sequence b logit %d: %g, alone %g", model, kv, j, got[v+j], wantB[j])
 		}
 	}
 	if r.SeqPos(2) != len(a) || r.SeqPos(0) != len(b) || r.SeqPos(1) != 0 {
@@ -254,7 +262,7 @@ func TestForwardBatchMatchesSeparateSequences(t *testing.T) {
 		}
 	})
 	if allocs != 0 {
-		t.Errorf("a batched decode step allocates %.1f times", allocs)
+		t.Errorf("%s %s: a batched decode step allocates %.1f times", model, kv, allocs)
 	}
 	for _, bad := range []Batch{
 		{Tokens: []int32{1}, Seq: []int32{3}, Logits: 1},

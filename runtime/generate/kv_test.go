@@ -70,10 +70,13 @@ func sameLogits(t *testing.T, what string, got, want [][]float32, tol float64) {
 // same engine or of a runner of its own) continues with exactly the logits
 // it would have had without parking.
 func TestSnapshotRestore(t *testing.T) {
-	for _, model := range []string{"stories260K.gguf", "synthetic/tiny256-Q4_K_M.gguf"} {
-		t.Run(model, func(t *testing.T) {
+	for _, c := range []struct{ model, kv string }{
+		{"stories260K.gguf", exec.KVF16}, {"synthetic/tiny256-Q4_K_M.gguf", exec.KVF16}, {"synthetic/tiny256-Q4_K_M.gguf", exec.KVQ8_0},
+	} {
+		model := c.model
+		t.Run(model+" "+c.kv, func(t *testing.T) {
 			m := openModel(t, model)
-			e := newEngine(t, m, exec.Options{Context: 96}, 2)
+			e := newEngine(t, m, exec.Options{Context: 96, KVType: c.kv}, 2)
 			a, b := e.Session(m, 0), e.Session(m, 1)
 			run(t, a, Request{Tokens: []int32{1, 17, 30, 42}, MaxTokens: 12, Sampling: greedy()})
 			snap, err := a.Snapshot()
@@ -106,7 +109,7 @@ func TestSnapshotRestore(t *testing.T) {
 			}
 			sameLogits(t, "restored in the engine", gotL, wantL, 0)
 
-			alone, err := m.NewSession(exec.Options{Threads: 2, Context: 96})
+			alone, err := m.NewSession(exec.Options{Threads: 2, Context: 96, KVType: c.kv})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,6 +141,16 @@ func TestRestoreRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
+	run(t, other, Request{Tokens: []int32{1, 17, 30}, MaxTokens: 4, Sampling: greedy()})
+	otherSnap, err := other.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8, err := o.NewSession(exec.Options{Threads: 1, Context: 16, KVType: exec.KVQ8_0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q8.Close()
 	small, err := m.NewSession(exec.Options{Threads: 1, Context: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +167,7 @@ func TestRestoreRefuses(t *testing.T) {
 		want string
 	}{
 		{"another model", other.Restore(snap), "not this model's"},
+		{"another cache type", q8.Restore(otherSnap), "[128 128] (f16) are not this model's [128 128] (q8_0)"},
 		{"a short context", small.Restore(snap), "exceed the context"},
 		{"missing bytes", s.Restore(&short), "need"},
 		{"a bad token", s.Restore(&badTok), "outside the vocabulary"},
@@ -362,10 +376,16 @@ func TestEmbed(t *testing.T) {
 	}
 }
 
-// A prefix of a snapshot restores like a snapshot taken at that length.
+// A prefix of a snapshot restores like a snapshot taken at that length, in
+// either cache type.
 func TestSnapshotPrefix(t *testing.T) {
-	m := openModel(t, "stories260K.gguf")
-	e := newEngine(t, m, exec.Options{Context: 64}, 2)
+	snapshotPrefix(t, "stories260K.gguf", exec.KVF16)
+	snapshotPrefix(t, "synthetic/tiny256-Q4_K_M.gguf", exec.KVQ8_0)
+}
+
+func snapshotPrefix(t *testing.T, model, kv string) {
+	m := openModel(t, model)
+	e := newEngine(t, m, exec.Options{Context: 64, KVType: kv}, 2)
 	a, b := e.Session(m, 0), e.Session(m, 1)
 	run(t, a, Request{Tokens: []int32{1, 17, 30, 42, 55, 61}, MaxTokens: 6, Sampling: greedy()})
 	full, err := a.Snapshot()

@@ -84,7 +84,7 @@ func (s *Session) Restore(snap *Snapshot) error {
 	n := len(snap.Tokens)
 	switch {
 	case !l.Equal(snap.Layout):
-		return fmt.Errorf("KV restore: the snapshot's rows %v are not this model's %v", snap.Layout.Dims, l.Dims)
+		return fmt.Errorf("KV restore: the snapshot's rows %v (%s) are not this model's %v (%s)", snap.Layout.Dims, orF16(snap.Layout.Type), l.Dims, l.Type)
 	case n > s.r.Context():
 		return fmt.Errorf("KV restore: %d positions exceed the context of %d", n, s.r.Context())
 	case len(snap.KV) != n*l.BytesPerToken():
@@ -136,12 +136,20 @@ func (s *Snapshot) Prefix(n int) (*Snapshot, error) {
 	}
 	out := &Snapshot{Tokens: append([]int32(nil), s.Tokens[:n]...), Layout: s.Layout, KV: make([]byte, 0, n*s.Layout.BytesPerToken())}
 	o := 0
-	for _, d := range s.Layout.Dims {
-		row := 2 * d  // bytes of one position's K (or V) row
-		for range 2 { // K, then V
+	for i := range s.Layout.Dims {
+		row := s.Layout.RowBytes(i) // bytes of one position's K (or V) row
+		for range 2 {               // K, then V
 			out.KV = append(out.KV, s.KV[o:o+n*row]...)
 			o += total * row
 		}
 	}
 	return out, nil
+}
+
+// orF16 names a layout's unset cache type by its default.
+func orF16(kvType string) string {
+	if kvType == "" {
+		return exec.KVF16
+	}
+	return kvType
 }

@@ -3,6 +3,7 @@
 package opstest
 
 import (
+	"math"
 	"math/rand/v2"
 
 	"github.com/jitllm/jitllm/kernels/ops"
@@ -161,8 +162,50 @@ func Args(name string, seed uint64) []any {
 		n := rows*heads - t0
 		return []any{Floats(n*hd, 2, r), kc, vc, make([]float32, n*hd), rowPos, rowSeq,
 			hd, heads, heads / kvh, dim, ctx, t0, float32(0.25)}
+	case "KVStoreSeqQ8_0", "AttentionSeqQ8_0":
+		return q8CacheArgs(name, r)
 	case "RopeNormal", "RopeNeox":
 		return []any{Floats(3*64, 2, r), make([]float32, 3*64), 1 + r.IntN(500), 64, 48, float32(10000), float32(1)}
 	}
 	return nil
+}
+
+// q8CacheArgs are the KVStoreSeq/AttentionSeq arguments over a q8_0 cache:
+// head dims of whole blocks (32 to 128), random quants (-128 included) and
+// scales of the magnitudes a cache holds.
+func q8CacheArgs(name string, r *rand.Rand) []any {
+	hd, heads, kvh, ctx, rows := 32*(1+r.IntN(4)), 4, 2, 9, 3
+	dim := kvh * hd
+	rowPos, rowSeq := make([]int32, rows), make([]int32, rows)
+	for i, slot := range r.Perm(2 * ctx)[:rows] {
+		rowPos[i], rowSeq[i] = int32(slot%ctx), int32(slot/ctx)
+	}
+	quants := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	scales := func(n int) []uint16 { // |d| in about [2^-12, 2^-5): values up to ~4
+		s := make([]uint16, n)
+		for i := range s {
+			s[i] = quant.F32ToF16(float32(math.Ldexp(1+r.Float64(), -12+r.IntN(7))))
+		}
+		return s
+	}
+	kq, vq, ks, vs := quants(2*ctx*dim), quants(2*ctx*dim), scales(2*ctx*dim/32), scales(2*ctx*dim/32)
+	if name == "KVStoreSeqQ8_0" {
+		k, v := Floats(rows*dim, 2, r), Floats(rows*dim, 2, r)
+		clear(v[:32]) // a zero block: scale 0, quants 0
+		return []any{k, v, kq, vq, ks, vs, rowPos, rowSeq, dim, ctx}
+	}
+	t0 := 1 + r.IntN(3)
+	n := rows*heads - t0
+	qd := make([]float32, n*hd/32)
+	for i := range qd {
+		qd[i] = quant.F16ToF32(scales(1)[0])
+	}
+	return []any{quants(n * hd), qd, kq, ks, vq, vs, make([]float32, n*hd), rowPos, rowSeq,
+		hd, heads, heads / kvh, dim, ctx, t0, float32(0.125)}
 }
