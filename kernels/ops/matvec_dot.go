@@ -104,6 +104,10 @@ type dotCut struct {
 	// blocks in one of the weight's): unit s is scaled by scale
 	// s/(units/scales) of the block's
 	scales int
+	// scaled, set in place of unit where the activation has more scales
+	// than the weight block has units, is unit s applying them itself:
+	// xs(j) is the j-th of the unit's scales/units scales
+	scaled func(b *k.Builder, blk, xb *k.Buf, s k.Expr, xs func(j int) k.Expr) k.Expr
 }
 
 const lowNibbles, ones = 0x0f0f0f0f, 0x01010101
@@ -118,13 +122,45 @@ func u32c(v uint32) k.Expr { return k.Const(k.U32, int(v)) }
 
 func i32c(v int) k.Expr { return k.Const(k.I32, v) }
 
-// Q4_K unit j (4 a block): quant group j, its 32 bytes the values
-// 64j..64j+31 (low nibbles, sub-block 2j) and 64j+32.. (high, 2j+1), as
-// eight aligned words; the header (d, dmin and the twelve scale bytes) four
-// aligned words, of which the unit unpacks only its two sub-blocks' scales
-// and mins. (Units of 4 bytes of each group, 8 a block, unpacked all eight
-// every unit: 2 TB/s on the 8B's 14336×4096 on the H200, bound by issue.)
-var dotQ4_KCut = dotCut{256, 144, 4, func(b *k.Builder, blk, xb *k.Buf, j k.Expr) k.Expr {
+// dotQ4_KCut is Q4_K against a Q8_K activation (q4KUnit): the CPU's
+// integer sums.
+var dotQ4_KCut = dotCut{qk: 256, bytes: 144, units: 4, scales: 1, unit: func(b *k.Builder, blk, xb *k.Buf, j k.Expr) k.Expr {
+	u := q4KUnit(b, blk, xb, j)
+	byteI := func(v k.Expr, c int) k.Expr { return v.Shr(8 * c).And(0xff).Cvt(k.I32) }
+	sum := b.Let("isum", u.slo.Mul(byteI(u.sc, 0)).Add(u.shi.Mul(byteI(u.sc, 1))))
+	mins := b.Let("imin", u.blo.Mul(byteI(u.m, 0)).Add(u.bhi.Mul(byteI(u.m, 1))))
+	return half(u.dm, 0).Mul(sum.Cvt(k.F32)).Sub(half(u.dm, 1).Mul(mins.Cvt(k.F32)))
+}}
+
+// dotQ4_KQ8_0Cut is dotQ4_KCut against an activation quantized to Q8_0
+// (a scale a block of 32, so a sub-block: QuantizeQ8_0, or a producer
+// that quantizes its own output so, AttentionBlockQ8_0): each sub-block's
+// integer sums scaled by its own activation scale, as llama.cpp's CUDA
+// k-quant dots take Q8_1. Not the CPU's bits (it quantizes to Q8_K).
+var dotQ4_KQ8_0Cut = dotCut{qk: 256, bytes: 144, units: 4, scales: 8, scaled: func(b *k.Builder, blk, xb *k.Buf, j k.Expr, xs func(int) k.Expr) k.Expr {
+	u := q4KUnit(b, blk, xb, j)
+	byteF := func(v k.Expr, c int) k.Expr { return v.Shr(8 * c).And(0xff).Cvt(k.I32).Cvt(k.F32) }
+	d, dmin := b.Let("d", half(u.dm, 0)), b.Let("dmin", half(u.dm, 1))
+	sub := func(c int, sum, bsum k.Expr) k.Expr {
+		return d.Mul(byteF(u.sc, c)).Mul(sum.Cvt(k.F32)).Sub(dmin.Mul(byteF(u.m, c)).Mul(bsum.Cvt(k.F32)))
+	}
+	return xs(0).Mul(sub(0, u.slo, u.blo)).Add(xs(1).Mul(sub(1, u.shi, u.bhi)))
+}}
+
+// q4KUnitSums are a Q4_K unit's parts: the header's d and dmin word, its
+// two sub-blocks' 6-bit scales and mins (bytes 0 and 1 of sc and m), and
+// the integer sums of their quants times the activation's (slo, shi) and
+// of the activation's quants alone (blo, bhi).
+type q4KUnitSums struct{ dm, sc, m, slo, shi, blo, bhi k.Expr }
+
+// q4KUnit is Q4_K unit j (4 a block): quant group j, its 32 bytes the
+// values 64j..64j+31 (low nibbles, sub-block 2j) and 64j+32.. (high,
+// 2j+1), as eight aligned words; the header (d, dmin and the twelve scale
+// bytes) four aligned words, of which the unit unpacks only its two
+// sub-blocks' scales and mins. (Units of 4 bytes of each group, 8 a block,
+// unpacked all eight every unit: 2 TB/s on the 8B's 14336×4096 on the
+// H200, bound by issue.)
+func q4KUnit(b *k.Builder, blk, xb *k.Buf, j k.Expr) q4KUnitSums {
 	dm := b.Let("dm", blk.Aligned(k.U32, 0))
 	sw := [3]k.Expr{b.Let("sw0", blk.Aligned(k.U32, 4)), b.Let("sw1", blk.Aligned(k.U32, 8)), b.Let("sw2", blk.Aligned(k.U32, 12))}
 	sc, m := scaleMinK4Pair(b, sw, j)
@@ -139,11 +175,8 @@ var dotQ4_KCut = dotCut{256, 144, 4, func(b *k.Builder, blk, xb *k.Buf, j k.Expr
 		blo = b.Let("blo", k.Dot4(u32c(ones), xlo, blo))
 		bhi = b.Let("bhi", k.Dot4(u32c(ones), xhi, bhi))
 	}
-	byteI := func(v k.Expr, c int) k.Expr { return v.Shr(8 * c).And(0xff).Cvt(k.I32) }
-	sum := b.Let("isum", slo.Mul(byteI(sc, 0)).Add(shi.Mul(byteI(sc, 1))))
-	mins := b.Let("imin", blo.Mul(byteI(m, 0)).Add(bhi.Mul(byteI(m, 1))))
-	return half(dm, 0).Mul(sum.Cvt(k.F32)).Sub(half(dm, 1).Mul(mins.Cvt(k.F32)))
-}, 1}
+	return q4KUnitSums{dm, sc, m, slo, shi, blo, bhi}
+}
 
 // scaleMinK4Pair is scaleMinK4 of sub-blocks 2j and 2j+1 (j an Int in
 // [0, 4)) over the twelve scale bytes as three little-endian words: two
@@ -186,7 +219,7 @@ var dotQ6_KCut = dotCut{256, 210, 8, func(b *k.Builder, blk, xb *k.Buf, s k.Expr
 		}
 	}
 	return blk.Aligned(k.U16, 208).F16ToF32().Mul(sum.Cvt(k.F32))
-}, 1}
+}, 1, nil}
 
 // Q8_0 unit s (2 a block): quants 16s..16s+15 as four words, signed by
 // signed: the weights' bytes offset by 128 into Dot4's unsigned operand,
@@ -201,7 +234,7 @@ var dotQ8_0Cut = dotCut{32, 34, 2, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) 
 		sum = b.Let("isum", sum.Add(k.Dot4(q, x, i32c(0)).Sub(k.Dot4(u32c(ones), x, i32c(0)).Mul(i32c(128)))))
 	}
 	return blk.Aligned(k.U16, 0).F16ToF32().Mul(sum.Cvt(k.F32))
-}, 1}
+}, 1, nil}
 
 // dotCuts are the integer warp mat-vecs' cuts by weight type name; their
 // activations are Q8_K (blocks of 256) or Q8_0 (32), the weight's partner.
@@ -212,7 +245,9 @@ func dotCuts() map[string]dotCut {
 // layoutCuts are the integer mat-vecs' cuts of the device layouts
 // (Q6_KA), which DotMatVec takes by name but DotMatVecs leaves out: their
 // matrices are a runtime/gpuexec repacking, not a GGUF type.
-func layoutCuts() map[string]dotCut { return map[string]dotCut{"Q6_KA": dotQ6_KACut} }
+func layoutCuts() map[string]dotCut {
+	return map[string]dotCut{"Q6_KA": dotQ6_KACut, "Q4_KQ8_0": dotQ4_KQ8_0Cut}
+}
 
 // QuantizeQ8_0 is QuantizeQ8_0(x []float32, xq []byte, xd []float32): each
 // block of 32 values of x quantized as QuantRoundQ8_0 quantizes it, the
@@ -284,13 +319,16 @@ func (sh DotShape) String() string {
 // "SiLU" the SiLU of each sum; "Mul" each sum times res (the SwiGLU's up
 // projection times the gate's SiLU), (w, xq, xd, res, y); "SwiGLU" the
 // gate's and the up projection's matrices at once, y = silu(wg·x)·(wu·x),
-// (wg, wu, xq, xd, y): SiLU's then Mul's bits. With several
+// (wg, wu, xq, xd, y): SiLU's then Mul's bits; "RopeKV" a stack of q, k
+// and v projections (or a part of one) that rotates and caches its rows
+// as it stores them, (w, xq, xd, y, kc, vc, step, freqs, nq, nk, headDim,
+// dims, thetaScale, freqScale): ropeKVPair. With several
 // rows a group the loads for its rows are in flight together and each
 // activation unit is read once for all of them; len(y) must be a multiple
-// of Rows. Every Rows gives the same bits (each row's sum folds in the same
+// of Rows (RopeKV: an even Rows). Every Rows gives the same bits (each row's sum folds in the same
 // order); Threads changes the tree.
 func DotMatVec(form, typ string, sh DotShape) *k.Kernel {
-	st, ok := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore, "SwiGLU": swigluStore}[form]
+	st, ok := map[string]warpStore{"": plainStore, "Add": residualStore, "SiLU": siluStore, "Mul": mulStore, "SwiGLU": swigluStore, "RopeKV": ropeKVForm}[form]
 	if !ok {
 		panic("DotMatVec: no store form " + form)
 	}
@@ -302,6 +340,9 @@ func DotMatVec(form, typ string, sh DotShape) *k.Kernel {
 		panic("DotMatVec: no integer mat-vec for " + typ)
 	}
 	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
+	if st == ropeKVForm && sh.Rows%2 != 0 {
+		panic("DotMatVec: RopeKV takes rows in pairs")
+	}
 	return matVecDot(typ, c, st, sh)
 }
 
@@ -326,6 +367,10 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	res := st.residual(b)
 	y := b.Buffer("y", k.F32)
+	var rk ropeKVArgs
+	if st == ropeKVForm {
+		rk = ropeKVParams(b)
+	}
 	nb := xd.Len()
 	if c.scales > 1 {
 		nb = nb.Div(c.scales)
@@ -349,17 +394,28 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
 			s := b.Let("s", u.Rem(c.units))
 			xs := xd.At(i)
-			if c.scales > 1 {
+			if c.scales > 1 && c.scaled == nil {
 				xs = xd.At(i.Mul(c.scales).Add(s.Div(c.units / c.scales)))
 			}
 			for q := range sums {
 				r := g.Mul(rows).Add(q)
 				for m, w := range ws {
 					wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+					if c.scaled != nil {
+						per := c.scales / c.units
+						b.Fold(sums[q][m], c.scaled(b, wb, xb, s, func(j int) k.Expr { return xd.At(i.Mul(c.scales).Add(s.Mul(per)).Add(j)) }))
+						continue
+					}
 					b.Fold(sums[q][m], xs.Mul(c.unit(b, wb, xb, s)))
 				}
 			}
 		})
+		if st == ropeKVForm {
+			for q := 0; q < rows; q += 2 {
+				rk.pair(b, y, g.Mul(rows).Add(q), sums[q][0].Get(), sums[q+1][0].Get())
+			}
+			return
+		}
 		for q, sum := range sums {
 			r := g.Mul(rows).Add(q)
 			if st == swigluStore {
@@ -371,4 +427,60 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	})
 	b.Schedule("u", k.LoopSchedule{Threads: sh.Threads, Unroll: sh.Unroll})
 	return b.MustBuild()
+}
+
+// ropeKVArgs are the RopeKV form's operands after y: the caches, the step,
+// the RoPE's frequency divisors, q's and k's rows (v's are the rest), the
+// head's width and its rotated values, the θ scale and frequency scale.
+type ropeKVArgs struct {
+	kc, vc, step, freqs      *k.Buf
+	nq, nk, hd, dims, ts, fs k.Expr
+}
+
+func ropeKVParams(b *k.Builder) ropeKVArgs {
+	kc, vc := b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
+	step, freqs := b.Buffer("step", k.I32), b.Buffer("freqs", k.F32)
+	nq, nk := b.Scalar("nq", k.Int), b.Scalar("nk", k.Int)
+	hd, dims := b.Scalar("headDim", k.Int), b.Scalar("dims", k.Int)
+	ts, fs := b.Scalar("thetaScale", k.F32), b.Scalar("freqScale", k.F32)
+	return ropeKVArgs{kc, vc, step, freqs, nq, nk, hd, dims, ts, fs}
+}
+
+// pair stores rows r and r+1 (r even) of a q, k, v stack, their sums x0
+// and x1, as RopeKVStore (RopeNormal) would after the plain mat-vec: q's
+// rotated by the step's position and rounded to f16 into y, k's rotated
+// and v's as they are, rounded to f16, into the caches' row step[1] (k's
+// rows nk apart, v's len(y)−nq−nk). A pair past the head's dims is not
+// rotated. The angle's bits are ropeWarp.head's: θ = pos·thetaScale^i by i
+// multiplications, over freqs[i], times freqScale.
+func (a ropeKVArgs) pair(b *k.Builder, y *k.Buf, r, x0, x1 k.Expr) {
+	r = b.Let("r", r)
+	x0, x1 = b.Let("x0", x0), b.Let("x1", x1)
+	row := b.Let("row", a.step.At(1).Cvt(k.Int))
+	nqk := b.Let("nqk", a.nq.Add(a.nk))
+	isQ, isV := b.Let("isQ", r.Lt(a.nq)), b.Let("isV", r.Ge(nqk))
+	j := b.Let("j", k.Select(isQ, r, r.Sub(a.nq)).Rem(a.hd)) // the pair's first value in its head
+	rot := b.Let("rot", k.Select(isV, k.I(0), k.Select(j.Lt(a.dims), k.I(1), k.I(0))).Eq(1))
+	i := b.Let("i", k.Select(rot, j.Div(2), k.I(0)))
+	theta := b.Acc("theta", k.OpAdd, row.Cvt(k.F32))
+	b.For("ti", 0, i, func(k.Expr) { b.Set(theta, theta.Get().Mul(a.ts)) })
+	ang := b.Let("a", theta.Get().Div(a.freqs.At(i)).Mul(a.fs))
+	c, s := b.Let("c", ang.Cos()), b.Let("s", ang.Sin())
+	y0 := b.Let("y0", k.Select(rot, x0.Mul(c).Sub(x1.Mul(s)), x0))
+	y1 := b.Let("y1", k.Select(rot, x0.Mul(s).Add(x1.Mul(c)), x1))
+	once := func(cond k.Expr) k.Expr { return k.Select(cond, k.I(1), k.I(0)) }
+	b.For("sq", 0, once(isQ), func(k.Expr) {
+		b.Store(y, r, y0.F32ToF16().F16ToF32())
+		b.Store(y, r.Add(1), y1.F32ToF16().F16ToF32())
+	})
+	b.For("sk", 0, k.Select(isQ, k.I(0), once(r.Lt(nqk))), func(k.Expr) {
+		at := b.Let("at", row.Mul(a.nk).Add(r).Sub(a.nq))
+		b.Store(a.kc, at, y0.F32ToF16())
+		b.Store(a.kc, at.Add(1), y1.F32ToF16())
+	})
+	b.For("sv", 0, once(isV), func(k.Expr) {
+		at := b.Let("at", row.Mul(y.Len().Sub(nqk)).Add(r).Sub(nqk))
+		b.Store(a.vc, at, x0.F32ToF16())
+		b.Store(a.vc, at.Add(1), x1.F32ToF16())
+	})
 }

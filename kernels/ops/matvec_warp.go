@@ -45,6 +45,7 @@ const (
 	siluStore               // y[r] = silu(sum): SiLUF32's bits
 	mulStore                // y[r] = res[r] · sum: MulF32's bits (f32 multiplication commutes)
 	swigluStore             // two matrices, gate and up: y[r] = silu(gate) · up, SiLUF32's then MulF32's bits
+	ropeKVForm              // a q, k, v stack's rows rotated and cached in pairs (integer mat-vecs only: ropeKVArgs.pair)
 )
 
 // kernel is the name and doc line of store form st of a warp mat-vec of
@@ -59,6 +60,8 @@ func (st warpStore) kernel(prefix, typ, operand string) (name, doc string) {
 		return prefix + "SiLU" + typ, "sets y[r] to the SiLU of row r of the " + typ + dot
 	case mulStore:
 		return prefix + "Mul" + typ, "sets y[r] to res[r] times row r of the " + typ + dot
+	case ropeKVForm:
+		return prefix + "RopeKV" + typ, "sets rows r of q in y, and of k and v in the caches at the step's position, to row r of the " + typ + dot[len(" matrix w"):] + " rotated as RoPE turns them"
 	case swigluStore:
 		return prefix + "SwiGLU" + typ, "sets y[r] to the SiLU of row r of the " + typ + " matrix wg times row r of wu, each dotted with " + operand + ", one warp per row."
 	}

@@ -82,4 +82,4 @@ var dotQ6_KACut = dotCut{Q6_KA.QK, Q6_KA.Bytes, 4 * Q6_KAGroup, func(b *k.Builde
 		sum = b.Let("isum", sum.Add(st.Mul(blk.I8(sc.Add(192+2*t)).Cvt(k.I32))))
 	}
 	return blk.Aligned(k.U16, g.Mul(2).Add(q6kaD)).F16ToF32().Mul(sum.Cvt(k.F32))
-}, Q6_KAGroup}
+}, Q6_KAGroup, nil}

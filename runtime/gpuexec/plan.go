@@ -412,12 +412,31 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		}
 		return name, mk, qk
 	}
+	// q4KReaders are node j's readers where every one is a Q4_K integer
+	// decode mat-vec (Q4_KQ8_0 takes their activation in Q8_0);
+	// JITLLM_ATTN_Q8_0=0 leaves them Q8_K (for comparisons on a device)
+	q4KReaders := func(j int) ([]int, bool) {
+		if os.Getenv("JITLLM_ATTN_Q8_0") == "0" || len(uses[j]) == 0 {
+			return nil, false
+		}
+		for _, u := range uses[j] {
+			if u < 0 || g.Nodes[u].Op != dsl.OpMatMul || m.Weights[g.Nodes[u].Weight].Type != quant.Q4_K {
+				return nil, false
+			}
+		}
+		return uses[j], true
+	}
 	// dotMatVec is the cache name and constructor of the integer decode
 	// mat-vec of store form form (ops.DotMatVec's) for a matrix of weight
 	// type t, rows rows and cols columns, in the plan's shape for it
+	actQ8_0 := false        // the mat-vec being lowered reads a Q8_0 activation (q8Act)
+	q8Act := map[int]bool{} // mat-vecs whose activation a producer left in Q8_0 (Q4_KQ8_0)
 	dotMatVec := func(form string, t quant.Type, rows, cols int) (string, func() *kernel.Kernel) {
 		sh := p.dotShape(dotKey{form, t, rows, cols})
 		l := deviceLayout(t, cols)
+		if actQ8_0 {
+			l = "Q4_KQ8_0"
+		}
 		return fmt.Sprintf("MatVecDot%s%s%s", form, l, sh), func() *kernel.Kernel { return ops.DotMatVec(form, l, sh) }
 	}
 
@@ -453,12 +472,32 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return fa, ts, nil
 	}
 
+	// caches are attention node n's layer's k and v caches, shared by both
+	// lowerings
+	caches := func(n dsl.Node) (kc, vc int) {
+		if _, ok := kvs[n.Layer]; !ok {
+			dim := n.Attn.KVHeads * n.Attn.HeadDim
+			kc := p.add(alloc{name: fmt.Sprintf("k cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
+			vc := p.add(alloc{name: fmt.Sprintf("v cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
+			kvs[n.Layer] = [2]int{kc, vc}
+		}
+		return kvs[n.Layer][0], kvs[n.Layer][1]
+	}
+
 	lower := func(rows int, dst *[]launch) (view, error) {
 		p.dst = dst
 		// activation slots by liveness, as runtime/exec plans them, but for
 		// the RoPEs done in their attention's launch (ropeKVs): their inputs
 		// live until it
 		ropeKV := ropeKVs(g, rows)
+		ropeMV := map[int]ropeRole{}
+		ropeByMV := map[int]bool{} // attentions whose RoPEs their projections do
+		if rows == 1 {
+			ropeMV = ropeMatVecs(g, m, ropeKV, stackOf)
+			for _, r := range ropeMV {
+				ropeByMV[r.attn] = true
+			}
+		}
 		late := map[int][]int{}
 		for a, f := range ropeKV {
 			q, k := f.inputs(g)
@@ -527,6 +566,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				}
 				p.call(i, k, weight(n.Weight), stepToks(p, rows), out[i], n.Cols)
 			case dsl.OpMatMul:
+				actQ8_0 = false
 				if fused[i] { // an up projection done with its gate (SwiGLU), a stack's done by its first
 					break
 				}
@@ -557,6 +597,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					}
 					if integerDot(w.Type) && xr == 1 {
 						qname, qmk, qk := dotQuantizer(w.Type)
+						if actQ8_0 = q8Act[i]; actQ8_0 {
+							qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
+						}
 						// a decode mat-vec in integers: the activation's
 						// quants and scales in its partner type, shared as
 						// the rounding is
@@ -651,6 +694,38 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					}
 				}
 				if tiled {
+					break
+				}
+				if role, ok := ropeMV[i]; ok && dotIn != nil {
+					// q, k and v as their attention's RopeKVStore would leave them
+					st := stackOf[i]
+					if st == nil {
+						st = []int{i}
+					}
+					nq, nk := 0, 0
+					for _, j := range st {
+						switch ropeMV[j].part {
+						case 0:
+							nq += g.Nodes[j].Cols
+						case 1:
+							nk += g.Nodes[j].Cols
+						}
+					}
+					f := ropeKV[role.attn]
+					r := g.Nodes[f.q].Rope
+					fa, ts, err := ropeFreqs(f.q)
+					if err != nil {
+						return view{}, err
+					}
+					kc, vc := caches(g.Nodes[role.attn])
+					sh := p.dotShape(dotKey{"", w.Type, y.n, cols})
+					if sh.Rows%2 != 0 {
+						sh.Rows = 2 // pairs; the plain form's rows are even (heads of even width)
+					}
+					l := deviceLayout(w.Type, cols)
+					rk := cached(fmt.Sprintf("MatVecDotRopeKV%s%s", l, sh), func() *kernel.Kernel { return ops.DotMatVec("RopeKV", l, sh) })
+					p.call(i, rk, append(append([]any{wv}, dotIn...), y, whole(kc, p), whole(vc, p), stepAll(p), whole(fa, p),
+						nq, nk, r.HeadDim, r.Dims, ts, r.FreqScale)...)
 					break
 				}
 				next, hasNext := epilogues[i]
@@ -767,13 +842,12 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					return view{}, fmt.Errorf("node %d: a second attention in block %d", i, n.Layer)
 				}
 				seen[n.Layer] = true
-				if _, ok := kvs[n.Layer]; !ok { // both lowerings share the caches
-					kc := p.add(alloc{name: fmt.Sprintf("k cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
-					vc := p.add(alloc{name: fmt.Sprintf("v cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
-					kvs[n.Layer] = [2]int{kc, vc}
-				}
-				kc, vc := kvs[n.Layer][0], kvs[n.Layer][1]
-				if f, ok := ropeKV[i]; ok {
+				kc, vc := caches(n)
+				qIn := in(0) // the rotated query
+				if f, ok := ropeKV[i]; ok && ropeByMV[i] {
+					qi, _ := f.inputs(g)
+					qIn = out[qi] // the projections rotated and cached q, k and v as they stored them
+				} else if ok {
 					// both RoPEs (and the heads' norms) and the cache store in one launch
 					r := g.Nodes[f.q].Rope
 					fa, ts, err := ropeFreqs(f.q)
@@ -843,7 +917,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						at, was := len(*p.dst)-1, p.dst
 						var alt []launch
 						p.dst = &alt
-						p.call(i, split, in(0), whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, ops.AttnSplitChunks, a.Scale)
+						p.call(i, split, qIn, whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, ops.AttnSplitChunks, a.Scale)
 						p.call(i, merge, append([]any{view{parts, 0, np}, stepAll(p), out[i]}, margs...)...)
 						p.dst = was
 						alts[at] = alt
@@ -854,15 +928,31 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						// attention does (a block is 4 tiles of a row's quad)
 						xq, xd := actQuants(n.Cols, qk)
 						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
-						p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
+						p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
 						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
 							return view{}, err
 						}
 						normQuant = &rounding{cached(qn, qmk), out[i]}
 						break
 					}
+					if readers, ok := q4KReaders(i); ok && rows == 1 && hd%32 == 0 {
+						// every reader is a Q4_K mat-vec: the attention
+						// quantizes to Q8_0 for them (Q4_KQ8_0), so the
+						// o projection's quantizer needs no launch either
+						xq, xd := actQuants(n.Cols, 32)
+						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
+						p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
+						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
+							return view{}, err
+						}
+						for _, u := range readers {
+							q8Act[u] = true
+						}
+						normQuant = &rounding{cached("QuantizeQ8_0", ops.QuantizeQ8_0), out[i]}
+						break
+					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
-					p.call(i, k, in(0), whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
+					p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
 					if err := long(ops.AttentionMerge); err != nil {
 						return view{}, err
 					}
@@ -909,7 +999,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				if err != nil {
 					return view{}, err
 				}
-				p.call(i, split, in(0), whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p), view{scores, 0, ns})
+				p.call(i, split, qIn, whole(kc, p), whole(vc, p), view{parts, 0, np}, stepAll(p), view{scores, 0, ns})
 				p.call(i, merge, margs...)
 			default:
 				return view{}, fmt.Errorf("node %d: op %s has no GPU kernel yet", i, n.Op)
@@ -1144,6 +1234,72 @@ func (f ropeKV) inputs(g *dsl.G) (q, k int) {
 		return g.Nodes[f.qNorm].In[0], g.Nodes[f.kNorm].In[0]
 	}
 	return g.Nodes[f.q].In[0], g.Nodes[f.k].In[0]
+}
+
+// ropeRole is a mat-vec's part in an attention whose RoPEs its launch
+// does (ropeMatVecs): the projection it is, and the attention.
+type ropeRole struct {
+	attn int
+	part int // 0 q, 1 k, 2 v
+}
+
+// ropeMatVecs finds, for one-row steps, the attentions of ropeKVs whose
+// RoPEs the q, k and v projections can do as they store (MatVecDotRopeKV:
+// RopeNormal, whose pairs are adjacent rows; no per-head norms, which need
+// the whole head): each projection an integer mat-vec read only by its
+// RoPE (q, k) or the attention (v), with no epilogue, and where two of
+// them share a stack, in the order q, k, v. The RopeKVStore launch is then
+// left out. It maps each projection's node to its role;
+// JITLLM_ROPE_MATVEC=0 turns it off (for comparisons on a device).
+func ropeMatVecs(g *dsl.G, m *exec.Model, ropeKV map[int]ropeKV, stackOf map[int][]int) map[int]ropeRole {
+	out := map[int]ropeRole{}
+	if os.Getenv("JITLLM_ROPE_MATVEC") == "0" {
+		return out
+	}
+	readers := readerCounts(g)
+	epilogues := matVecEpilogues(g, 1)
+	for a, f := range ropeKV {
+		r := g.Nodes[f.q].Rope
+		if f.qNorm >= 0 || r.Mode != dsl.RopeNormal || r.Dims%2 != 0 || r.HeadDim%2 != 0 {
+			continue
+		}
+		qi, ki := f.inputs(g)
+		parts := [3]int{qi, ki, g.Nodes[a].In[2]}
+		ok := true
+		for _, j := range parts {
+			n := &g.Nodes[j]
+			_, epi := epilogues[j]
+			if n.Op != dsl.OpMatMul || readers[j] != 1 || epi || !integerDot(m.Weights[n.Weight].Type) || n.Cols%2 != 0 {
+				ok = false
+			}
+		}
+		if !ok || qi == ki || ki == parts[2] || qi == parts[2] {
+			continue
+		}
+		// a stack holding any of them holds them as consecutive parts in order
+		role := map[int]int{qi: 0, ki: 1, parts[2]: 2}
+		for _, j := range parts {
+			st, in := stackOf[j]
+			if !in {
+				continue
+			}
+			prev := -1
+			for _, x := range st {
+				ro, mine := role[x]
+				if !mine || (prev >= 0 && ro != prev+1) {
+					ok = false
+				}
+				prev = ro
+			}
+		}
+		if !ok {
+			continue
+		}
+		for part, j := range parts {
+			out[j] = ropeRole{attn: a, part: part}
+		}
+	}
+	return out
 }
 
 // swiGLUs finds, for one-row steps, the SwiGLU pattern of the feed-forward

@@ -710,3 +710,105 @@ func TestRepackedUploadInChunks(t *testing.T) {
 		t.Error("100 bytes repacked as Q6_KA: no error")
 	}
 }
+
+// Where the projections do their attention's RoPEs (MatVecDotRopeKV) the
+// RopeKVStore launch is gone, and the interpreted plan's logits are those
+// of the plan without the fusion, bit for bit: q, k and v in one stack
+// (tiny256 Q6_K) and q, k stacked beside a v of another type (Q4_K_M's
+// Q6_K attn_v).
+func TestRopeMatVecsExact(t *testing.T) {
+	for _, name := range []string{"synthetic/tiny256-Q4_K_M.gguf", "synthetic/tiny256-Q6_K.gguf"} {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name)
+			layers := m.Graph.Hyper.Int("block_count")
+			fused, err := newPlan(m, 64, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("JITLLM_ROPE_MATVEC", "0")
+			plain, err := newPlan(m, 64, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := func(p *plan, prefix string) int {
+				n := 0
+				for _, l := range p.launches {
+					if strings.HasPrefix(l.k.Name, prefix) {
+						n++
+					}
+				}
+				return n
+			}
+			if got := count(fused, "RopeNormalKVStore"); got != 0 {
+				t.Errorf("fused plan: %d RopeKVStore launches, want 0", got)
+			}
+			if got := count(fused, "MatVecDotRopeKV"); got < layers {
+				t.Errorf("fused plan: %d MatVecDotRopeKV launches, want %d or more", got, layers)
+			}
+			if got := count(plain, "RopeNormalKVStore"); got != layers {
+				t.Errorf("plain plan: %d RopeKVStore launches, want %d", got, layers)
+			}
+			if len(fused.launches) != len(plain.launches)-layers {
+				t.Errorf("fused plan: %d launches a step, want %d", len(fused.launches), len(plain.launches)-layers)
+			}
+			a, b := newHostExec(fused), newHostExec(plain)
+			toks := append([]int32{}, prompt...)
+			for step := 0; step < 4; step++ {
+				la, err := a.Forward(toks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lb, err := b.Forward(toks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range la {
+					if math.Float32bits(la[i]) != math.Float32bits(lb[i]) {
+						t.Fatalf("step %d: logit %d is %v fused, %v plain", step, i, la[i], lb[i])
+					}
+				}
+				toks = []int32{argmax(la)}
+			}
+		})
+	}
+}
+
+// Where the o projection is Q4_K (llama's Q4_K_M) the one-row block
+// attention quantizes its output to Q8_0 and the projection takes it so
+// (MatVecDotAddQ4_KQ8_0): no quantizer between the two, one launch less a
+// block than with JITLLM_ATTN_Q8_0=0; the interpreted plan still
+// generates what the CPU runner generates.
+func TestAttentionQ8_0ForQ4_K(t *testing.T) {
+	defer func(was int) { decodeBlockHeads = was }(decodeBlockHeads)
+	decodeBlockHeads = 1
+	name := "synthetic/tiny256-Q4_K_M.gguf"
+	m := loadModel(t, name)
+	p, err := newPlan(m, 64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := m.Graph.Hyper.Int("block_count")
+	for i, l := range p.launches {
+		if !strings.HasPrefix(l.k.Name, "AttentionBlock") {
+			continue
+		}
+		next := p.launches[i+1].k.Name
+		if !strings.HasSuffix(l.k.Name, "Q8_0") || !strings.HasPrefix(next, "MatVecDotAddQ4_KQ8_0") {
+			t.Errorf("launch %d: %s then %s, want a quantizing attention then MatVecDotAddQ4_KQ8_0", i, l.k.Name, next)
+		}
+	}
+	t.Setenv("JITLLM_ATTN_Q8_0", "0")
+	plain, err := newPlan(m, 64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.launches) != len(plain.launches)-layers {
+		t.Errorf("%d launches a step, want %d (JITLLM_ATTN_Q8_0=0: %d)", len(p.launches), len(plain.launches)-layers, len(plain.launches))
+	}
+	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	agree(t, cpu, newHostExec(p), 4, tolerance(name))
+}

@@ -220,3 +220,78 @@ func profileModel(t *testing.T) *exec.Model {
 	}
 	return m
 }
+
+// TestGPUStepWithout measures what each kind of kernel costs inside the
+// decode step's graph, where launches overlap and weights come cold from
+// memory: the step captured whole, then without every launch of one
+// kernel (its marginal cost: the results are wrong, the time is what
+// counts), then the mat-vecs alone (the weights' stream with nothing
+// between). On GPUEXEC_PROFILE_MODEL, after a 64-token prompt.
+func TestGPUStepWithout(t *testing.T) {
+	needGPU(t)
+	m := profileModel(t)
+	r := gpuRunner(t, m, exec.Options{Context: 1024})
+	toks := make([]int32, 64)
+	for i := range toks {
+		toks[i] = int32(1 + i%7)
+	}
+	if _, err := r.Forward(toks); err != nil {
+		t.Fatal(err)
+	}
+	replay := func(keep func(name string) bool) (float64, int) {
+		var cs []call
+		for i := range r.calls {
+			if keep(r.p.launches[i].k.Name) {
+				cs = append(cs, r.calls[i])
+			}
+		}
+		g, err := r.s.Capture(func() error { return launchCalls(cs, r.s) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Destroy()
+		a, _ := r.c.NewEvent()
+		b, _ := r.c.NewEvent()
+		defer a.Destroy()
+		defer b.Destroy()
+		const n = 50
+		for j := 0; j < 3; j++ {
+			if err := g.Launch(r.s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Record(r.s)
+		for j := 0; j < n; j++ {
+			if err := g.Launch(r.s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Record(r.s)
+		if err := b.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := b.Since(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 1000 * float64(ms) / n, len(cs)
+	}
+	whole, n := replay(func(string) bool { return true })
+	t.Logf("the step: %d launches, %.1f µs a replay", n, whole)
+	count := map[string]int{}
+	var names []string
+	for i := range r.calls {
+		name := r.p.launches[i].k.Name
+		if count[name] == 0 {
+			names = append(names, name)
+		}
+		count[name]++
+	}
+	for _, name := range names {
+		us, _ := replay(func(k string) bool { return k != name })
+		t.Logf("without %-34s %4d launches: %8.1f µs, costs %7.1f µs (%5.1f%%), %5.2f µs a launch", name, count[name], us, whole-us, 100*(whole-us)/whole, (whole-us)/float64(count[name]))
+	}
+	isMatVec := func(k string) bool { return len(k) > 6 && k[:6] == "MatVec" }
+	mv, n := replay(isMatVec)
+	t.Logf("the mat-vecs alone: %d launches, %.1f µs (%.1f%% of the step)", n, mv, 100*mv/whole)
+}
