@@ -257,6 +257,21 @@ func quantQ8_0(src []float32, dst []byte, x86 bool) {
 	}
 }
 
+// QuantizeQ8_0Split is Quantize's Q8_0 in ggml's x86 rounding with the
+// blocks split in two arrays: each block of 32 values of src as int8
+// quants in qs (at the values' indices) and its scale, rounded through
+// f16, in ds.
+func QuantizeQ8_0Split(src []float32, qs []byte, ds []float32) {
+	for i := range ds {
+		x := src[i*qk : i*qk+qk : i*qk+qk]
+		d, id := q8Scale(x, true)
+		ds[i] = F16ToF32(F32ToF16(d))
+		for j, v := range x {
+			qs[i*qk+j] = byte(q8Round(v*id, true))
+		}
+	}
+}
+
 func quantQ8_1(src []float32, dst []byte, x86 bool) {
 	for i := 0; i < len(src)/qk; i++ {
 		x := src[i*qk : i*qk+qk : i*qk+qk]

@@ -3,12 +3,13 @@ package exec
 import (
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/kernels/cpugen"
+	"github.com/jitllm/jitllm/kernels/quant"
 )
 
 // lowerAttentionQ8 is lowerAttention over a q8_0 cache: the generated
 // KVStoreSeqQ8_0 quantizes the step's k and v rows into the layer's cache,
 // then the generated AttentionSeqQ8_0 runs one (row, head) pair per task,
-// each task first quantizing its query heads to Q8_0 (quantizeQ8_0), as
+// each task first quantizing its query heads to Q8_0 (quant.QuantizeQ8_0Split), as
 // ggml's CPU flash attention converts Q to K's vec-dot type. V is
 // dequantized and accumulated in f32 (kernels/ops).
 func (r *Runner) lowerAttentionQ8(id int, n *dsl.Node) (func(), error) {
@@ -23,7 +24,7 @@ func (r *Runner) lowerAttentionQ8(id int, n *dsl.Node) (func(), error) {
 	task := func(lo, hi int) {
 		kv := &r.kv[layer]
 		qq, qd := r.attnQQ[lo*hd:hi*hd], r.attnQD[lo*hd/32:hi*hd/32]
-		quantizeQ8_0(q[lo*hd:hi*hd], qq, qd)
+		quant.QuantizeQ8_0Split(q[lo*hd:hi*hd], qq, qd)
 		cpugen.AttentionSeqQ8_0(qq, qd, kv.kq, kv.ks, kv.vq, kv.vs, y[lo*hd:hi*hd], r.rowPos, r.rowSeq,
 			hd, p.Heads, group, kvDim, ctx, lo, p.Scale)
 	}

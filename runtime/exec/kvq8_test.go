@@ -13,7 +13,7 @@ import (
 	"github.com/jitllm/jitllm/kernels/quant"
 )
 
-// quantizeQ8_0 gives kernels/ops' QuantizeQ8_0 bits (the query's Q8_0 as
+// quant.QuantizeQ8_0Split gives kernels/ops' QuantizeQ8_0 bits (the query's Q8_0 as
 // the cache's attention kernel reads it), ties and zero blocks included.
 func TestQuantizeQ8_0MatchesKernel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
@@ -30,7 +30,7 @@ func TestQuantizeQ8_0MatchesKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	gq, gd := make([]byte, len(x)), make([]float32, len(x)/32)
-	quantizeQ8_0(x, gq, gd)
+	quant.QuantizeQ8_0Split(x, gq, gd)
 	for i := range wq {
 		if gq[i] != wq[i] {
 			t.Fatalf("quant %d: %d, kernel %d", i, int8(gq[i]), int8(wq[i]))

@@ -2,10 +2,8 @@ package exec
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/jitllm/jitllm/dsl"
-	"github.com/jitllm/jitllm/kernels/quant"
 )
 
 // KV cache types (Options.KVType, KVLayout.Type).
@@ -59,26 +57,4 @@ func newLayerKV(t string, size, dim int) layerKV {
 			ks: make([]uint16, size/32), vs: make([]uint16, size/32), dim: dim}
 	}
 	return layerKV{k: make([]uint16, size), v: make([]uint16, size), dim: dim}
-}
-
-// quantizeQ8_0 quantizes each block of 32 values of x as kernels/ops'
-// QuantizeQ8_0 does (the CPU matmul's Q8_0 activations, ggml's x86
-// rounding, the scale rounded to f16): the int8 quants into qq, the scales
-// into qd. It is the query's conversion to the q8_0 cache's vec-dot type.
-func quantizeQ8_0(x []float32, qq []byte, qd []float32) {
-	for b := range qd {
-		xb, qb := (*[32]float32)(x[b*32:]), (*[32]byte)(qq[b*32:])
-		var amax float32
-		for _, v := range xb {
-			amax = max(amax, max(v, -v))
-		}
-		id := float32(0)
-		if amax != 0 {
-			id = 127 / amax
-		}
-		for j, v := range xb {
-			qb[j] = byte(int8(math.RoundToEven(float64(float32(v * id)))))
-		}
-		qd[b] = quant.F16ToF32(f32tof16(amax / 127))
-	}
 }

@@ -113,30 +113,40 @@ func TestGPUKernelTimes(t *testing.T) {
 		name string
 		g    *cuda.Graph
 	}{{"the step's graph", step}, {fmt.Sprintf("%d launches of %s (%d threads)", len(r.calls), r.p.launches[small].k.Name, c.grid.X*c.block.X), tiny}} {
-		a, _ := r.c.NewEvent()
-		b, _ := r.c.NewEvent()
-		const n = 50
-		if err := g.g.Launch(r.s); err != nil {
-			t.Fatal(err)
-		}
-		a.Record(r.s)
-		for j := 0; j < n; j++ {
-			if err := g.g.Launch(r.s); err != nil {
-				t.Fatal(err)
-			}
-		}
-		b.Record(r.s)
-		if err := b.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := b.Since(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %.1f µs a replay on the device, %.2f µs a node", g.name, 1000*float64(ms)/n, 1000*float64(ms)/n/float64(len(r.calls)))
-		a.Destroy()
-		b.Destroy()
+		us := replayMicros(t, r, g.g, 1)
+		t.Logf("%s: %.1f µs a replay on the device, %.2f µs a node", g.name, us, us/float64(len(r.calls)))
 	}
+}
+
+// replayMicros is graph g's time a replay on r's stream, timed by events
+// over 50 replays after warm ones.
+func replayMicros(t *testing.T, r *Runner, g *cuda.Graph, warm int) float64 {
+	t.Helper()
+	a, _ := r.c.NewEvent()
+	b, _ := r.c.NewEvent()
+	defer a.Destroy()
+	defer b.Destroy()
+	const n = 50
+	for j := 0; j < warm; j++ {
+		if err := g.Launch(r.s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Record(r.s)
+	for j := 0; j < n; j++ {
+		if err := g.Launch(r.s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Record(r.s)
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := b.Since(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 1000 * float64(ms) / n
 }
 
 // TestGPUMatMulForms checks the prefill products on the device against
@@ -250,31 +260,7 @@ func TestGPUStepWithout(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer g.Destroy()
-		a, _ := r.c.NewEvent()
-		b, _ := r.c.NewEvent()
-		defer a.Destroy()
-		defer b.Destroy()
-		const n = 50
-		for j := 0; j < 3; j++ {
-			if err := g.Launch(r.s); err != nil {
-				t.Fatal(err)
-			}
-		}
-		a.Record(r.s)
-		for j := 0; j < n; j++ {
-			if err := g.Launch(r.s); err != nil {
-				t.Fatal(err)
-			}
-		}
-		b.Record(r.s)
-		if err := b.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := b.Since(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 1000 * float64(ms) / n, len(cs)
+		return replayMicros(t, r, g, 3), len(cs)
 	}
 	whole, n := replay(func(string) bool { return true })
 	t.Logf("the step: %d launches, %.1f µs a replay", n, whole)
