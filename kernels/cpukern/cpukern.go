@@ -234,3 +234,55 @@ func AllElementwise() []Elementwise {
 	defer mu.RUnlock()
 	return append([]Elementwise(nil), elems...)
 }
+
+// AttentionQ8 is a native version of the inner loops of runtime/exec's
+// attention over a q8_0 KV cache (cpugen.AttentionSeqQ8_0: ggml's CPU
+// flash attention with K and V in q8_0), bit for bit. The cache holds
+// each row's int8 quants at the value's index and its blocks' f16 scales
+// at index/32; stride (values between rows) is a multiple of 32.
+type AttentionQ8 struct {
+	ISA  string
+	Rank int
+	// Dot sets out[r], for r < len(out), to the Q8_0 dot of the query
+	// (quants qq, a multiple of 32 of them and at least 64; scales qd,
+	// one a block) with key row r (quants kq[r*stride:], scales
+	// ks[r*stride/32:]) in cpugen.AttentionSeqQ8_0's order: from 0, for
+	// each block in order, dot += float32(qd*ks)*float32(Σ qq·kq), each
+	// product and sum rounded to float32 (the sums are exact).
+	Dot func(qq []byte, qd []float32, kq []byte, ks []uint16, stride int, out []float32)
+	// Accum runs, for r < len(w), acc = acc*ms[r] where ms[r] != 1, then
+	// acc[d] = fma(float32(int8(vq[r*stride+d]))*vd_b, w[r], acc[d]) for
+	// every d < len(acc) (a multiple of 32), vd_b the f16 scale
+	// vd[r*stride/32+d/32]: the product is exact and the fma rounds once
+	// (quant.FMA32).
+	Accum func(acc []float32, vq []byte, vd []uint16, stride int, w, ms []float32)
+}
+
+var attnsQ8 []AttentionQ8
+
+// RegisterAttentionQ8 adds a q8_0 attention kernel (from init, when
+// supported).
+func RegisterAttentionQ8(a AttentionQ8) {
+	mu.Lock()
+	defer mu.Unlock()
+	attnsQ8 = append(attnsQ8, a)
+	sort.SliceStable(attnsQ8, func(i, j int) bool { return attnsQ8[i].Rank > attnsQ8[j].Rank })
+}
+
+// LookupAttentionQ8 returns the preferred native q8_0 attention kernel.
+func LookupAttentionQ8() (AttentionQ8, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	if len(attnsQ8) == 0 {
+		return AttentionQ8{}, false
+	}
+	return attnsQ8[0], true
+}
+
+// AllAttentionQ8 returns every registered q8_0 attention kernel, preferred
+// first.
+func AllAttentionQ8() []AttentionQ8 {
+	mu.RLock()
+	defer mu.RUnlock()
+	return append([]AttentionQ8(nil), attnsQ8...)
+}

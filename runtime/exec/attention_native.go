@@ -20,7 +20,8 @@ type attnScratch struct {
 	qs, accs       [maxGroupVals]float32
 	ms, ss         [maxGroupVals / 8]float32
 	dots, vs, mscs [attnBlock]float32
-	args, exps     [attnBlock]float64 // a block's softmax exp arguments and values
+	args, exps     [attnBlock]float64           // a block's softmax exp arguments and values
+	q8             [maxGroupVals / 32 * 34]byte // the q8_0 cache's block_q8_0s (quantizeQ8Split)
 }
 
 // softmaxExp is exps[i] = math.Exp(args[i]): the registered native one

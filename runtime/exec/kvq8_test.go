@@ -4,11 +4,14 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/kernels/cpugen"
+	"github.com/jitllm/jitllm/kernels/cpukern"
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/quant"
 )
@@ -242,5 +245,235 @@ func TestKVQ8Layout(t *testing.T) {
 	}
 	if err := f16.LoadSeq(0, 3, buf); err == nil {
 		t.Error("an f16 runner loaded q8_0 bytes")
+	}
+}
+
+// attendGroupQ8Native gives the generated AttentionSeqQ8_0's values bit for
+// bit for every registered native build: head dims 64 and 128 (and an odd
+// block count, 96, and 256), GQA groups of 1 to 8, positions inside and
+// across the 64-position blocks and the dots' 16- and 8-row passes, two
+// sequences, and caches with extreme quants (-128, ±127) and scales.
+func TestAttendGroupQ8NativeMatches(t *testing.T) {
+	ks := cpukern.AllAttentionQ8()
+	if len(ks) == 0 {
+		t.Skip("no native q8_0 attention registered on this CPU")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	sc := new(attnScratch)
+	for _, c := range []struct{ hd, g int }{{64, 1}, {64, 4}, {64, 8}, {128, 1}, {128, 2}, {128, 4}, {96, 3}, {256, 4}} {
+		for _, extremes := range []bool{false, true} {
+			const kvHeads, ctx, seqs = 2, 150, 2
+			heads, kvDim := kvHeads*c.g, kvHeads*c.hd
+			kq, vq := make([]byte, seqs*ctx*kvDim), make([]byte, seqs*ctx*kvDim)
+			kd, vd := make([]uint16, len(kq)/32), make([]uint16, len(vq)/32)
+			for i := range kq {
+				kq[i], vq[i] = byte(int8(r.NormFloat64()*50)), byte(int8(r.NormFloat64()*50))
+				if extremes && r.IntN(20) == 0 {
+					kq[i], vq[i] = []byte{0x80, 0x7f, 0x81}[r.IntN(3)], []byte{0x80, 0x7f, 0x81}[r.IntN(3)]
+				}
+			}
+			for i := range kd {
+				kd[i] = quant.F32ToF16(float32(r.ExpFloat64() * 0.05))
+				vd[i] = quant.F32ToF16(float32(r.ExpFloat64() * 0.02))
+				if extremes && r.IntN(10) == 0 {
+					kd[i] = []uint16{0x7bff, 0x0001, 0x0000, 0x3c00}[r.IntN(4)]
+					vd[i] = []uint16{0x7bff, 0x0001, 0x8000, 0x3c00}[r.IntN(4)]
+				}
+			}
+			q := make([]float32, c.g*c.hd)
+			qq, qd := make([]byte, len(q)), make([]float32, len(q)/32)
+			scale := float32(1 / math.Sqrt(float64(c.hd)))
+			for _, pos := range []int{0, 1, 7, 15, 16, 17, 63, 64, 65, 100, ctx - 1} {
+				for i := range q {
+					q[i] = float32(r.NormFloat64() * 3)
+				}
+				if extremes {
+					q[r.IntN(len(q))] = 1e30 // a block of zeros and one 127
+				}
+				quant.QuantizeQ8_0Split(q, qq, qd)
+				seq, kvh := r.IntN(seqs), r.IntN(kvHeads)
+				// the generated kernel: row 0 at pos in seq, this group's heads
+				want := make([]float32, len(q))
+				cpugen.AttentionSeqQ8_0(qq, qd, kq, kd, vq, vd, want, []int32{int32(pos)}, []int32{int32(seq)},
+					c.hd, heads, c.g, kvDim, ctx, kvh*c.g, scale)
+				off := seq*ctx*kvDim + kvh*c.hd
+				for _, k := range ks {
+					got := make([]float32, len(q))
+					attendGroupQ8Native(&k, sc, qq, qd, kq, kd, vq, vd, got, c.g, pos, off, kvDim, scale)
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+							t.Fatalf("%s hd %d g %d pos %d extremes %v: value %d is %v, AttentionSeqQ8_0 %v", k.ISA, c.hd, c.g, pos, extremes, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAttendGroupQ8NativeNoAllocs(t *testing.T) {
+	nk, ok := nativeAttentionQ8(64)
+	if !ok {
+		t.Skip("no native q8_0 attention registered on this CPU")
+	}
+	const hd, g, pos, kvDim = 64, 4, 200, 512
+	kq, vq := make([]byte, (pos+1)*kvDim), make([]byte, (pos+1)*kvDim)
+	kd, vd := make([]uint16, len(kq)/32), make([]uint16, len(vq)/32)
+	qq, qd, y := make([]byte, g*hd), make([]float32, g*hd/32), make([]float32, g*hd)
+	sc := new(attnScratch)
+	if n := testing.AllocsPerRun(20, func() {
+		attendGroupQ8Native(&nk, sc, qq, qd, kq, kd, vq, vd, y, g, pos, 0, kvDim, 0.125)
+	}); n != 0 {
+		t.Errorf("%v allocations per call", n)
+	}
+}
+
+func TestAttentionQ8ISA(t *testing.T) {
+	want := "go"
+	if nk, ok := cpukern.LookupAttentionQ8(); ok {
+		want = nk.ISA
+	}
+	if got := AttentionQ8ISA(64); got != want {
+		t.Errorf("AttentionQ8ISA(64) = %q, want %q", got, want)
+	}
+	for _, hd := range []int{32, 48} {
+		if got := AttentionQ8ISA(hd); got != "go" {
+			t.Errorf("AttentionQ8ISA(%d) = %q, want go", hd, got)
+		}
+	}
+}
+
+// withQ8Native runs f with the q8_0 cache's native loops on or off (for
+// runners made inside f).
+func withQ8Native(on bool, f func()) {
+	old := attnQ8Native
+	attnQ8Native = on
+	defer func() { attnQ8Native = old }()
+	f()
+}
+
+// A q8_0 runner gives the same bits with the native loops as with the
+// generated AttentionSeqQ8_0: every attention node of a 100-row prefill
+// (stepped node by node in lockstep), then the logits of batched steps of
+// two sequences, prefill and decode.
+func TestAttentionQ8NativeEndToEnd(t *testing.T) {
+	if _, ok := cpukern.LookupAttentionQ8(); !ok {
+		t.Skip("no native q8_0 attention registered on this CPU")
+	}
+	const model = "synthetic/tiny256-Q4_K_M.gguf"
+	var off, on *Runner
+	withQ8Native(false, func() { off = load(t, model, Options{Context: 160, Sequences: 2, KVType: KVQ8_0}) })
+	withQ8Native(true, func() { on = load(t, model, Options{Context: 160, Sequences: 2, KVType: KVQ8_0}) })
+	r := rand.New(rand.NewPCG(8, 9))
+	prompt := make([]int32, 100)
+	for i := range prompt {
+		prompt[i] = int32(3 + r.IntN(1000))
+	}
+	n := len(prompt)
+	for _, x := range []*Runner{off, on} {
+		copy(x.tokens, prompt)
+		for i := range n {
+			x.rowSeq[i], x.rowPos[i] = 0, int32(i)
+		}
+		x.nRows, x.outRow, x.qSrc = n, n-1, -1
+	}
+	checked := 0
+	for i := range off.steps {
+		off.steps[i]()
+		on.steps[i]()
+		nd := off.m.Graph.Nodes[i]
+		if nd.Op != dsl.OpAttention {
+			continue
+		}
+		a, b := off.bufs[i][:n*nd.Cols], on.bufs[i][:n*nd.Cols]
+		for j := range a {
+			if math.Float32bits(a[j]) != math.Float32bits(b[j]) {
+				t.Fatalf("layer %d value %d: native %v, generated %v", nd.Layer, j, b[j], a[j])
+			}
+		}
+		checked++
+	}
+	if checked != off.m.Graph.Layers {
+		t.Fatalf("%d attention nodes checked of %d layers", checked, off.m.Graph.Layers)
+	}
+	for l := range off.kv { // the native quantizer's cache rows are KVStoreSeqQ8_0's
+		a, b := &off.kv[l], &on.kv[l]
+		if string(a.kq) != string(b.kq) || string(a.vq) != string(b.vq) || !slices.Equal(a.ks, b.ks) || !slices.Equal(a.vs, b.vs) {
+			t.Fatalf("layer %d: the caches differ", l)
+		}
+	}
+	// batched steps from empty caches: sequence 0 a 70-token prompt, 1 a
+	// 5-token one, then decode steps of both
+	off.Truncate(0)
+	on.Truncate(0)
+	step := func(b Batch) {
+		t.Helper()
+		la, err := off.ForwardBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		la = append([]float32(nil), la...)
+		lb, err := on.ForwardBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range la {
+			if math.Float32bits(la[i]) != math.Float32bits(lb[i]) {
+				t.Fatalf("logit %d: native %v, generated %v", i, lb[i], la[i])
+			}
+		}
+	}
+	var b Batch
+	for i := range 75 {
+		b.Tokens = append(b.Tokens, int32(3+r.IntN(1000)))
+		b.Seq = append(b.Seq, int32(min(i/70, 1)))
+	}
+	b.Logits = 2
+	step(b)
+	for range 12 {
+		step(Batch{Tokens: []int32{int32(3 + r.IntN(1000)), int32(3 + r.IntN(1000))}, Seq: []int32{0, 1}, Logits: 2})
+	}
+}
+
+// The native quantizer's path gives quant.QuantizeQ8_0Split's query blocks
+// and KVStoreSeqQ8_0's cache rows, ties, zero blocks and rows longer than
+// the scratch included.
+func TestQuantizeQ8Native(t *testing.T) {
+	var qz func([]float32, []byte)
+	withQ8Native(true, func() { qz = q8Quantizer() })
+	if qz == nil {
+		t.Skip("no native Q8_0 quantizer registered on this CPU")
+	}
+	r := rand.New(rand.NewPCG(13, 14))
+	sc := new(attnScratch)
+	for _, n := range []int{32, 64, 256, 1024, 2048 + 96} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(12)-6))
+		}
+		clear(x[:min(n, 32)]) // a zero block
+		if n >= 64 {
+			for i, v := range []float32{127, 0.5, -1.5, 2.5, -63.5} { // exact halves at id = 1
+				x[32+i] = v
+			}
+		}
+		wq, wd := make([]byte, n), make([]float32, n/32)
+		quant.QuantizeQ8_0Split(x, wq, wd)
+		if n <= maxGroupVals {
+			gq, gd := make([]byte, n), make([]float32, n/32)
+			quantizeQ8Split(qz, sc, x, gq, gd)
+			if string(gq) != string(wq) || !slices.EqualFunc(gd, wd, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+				t.Fatalf("%d values: quantizeQ8Split differs from QuantizeQ8_0Split", n)
+			}
+		}
+		// one row of n values at position 1 of sequence 0 (ctx 2)
+		kq, vq := make([]byte, 2*n), make([]byte, 2*n)
+		ks, vs := make([]uint16, 2*n/32), make([]uint16, 2*n/32)
+		cpugen.KVStoreSeqQ8_0(x, x, kq, vq, ks, vs, []int32{1}, []int32{0}, n, 2)
+		gq, gs := make([]byte, n), make([]uint16, n/32)
+		storeQ8(qz, sc, x, gq, gs)
+		if string(gq) != string(kq[n:]) || !slices.Equal(gs, ks[n/32:]) {
+			t.Fatalf("%d values: storeQ8 differs from KVStoreSeqQ8_0", n)
+		}
 	}
 }

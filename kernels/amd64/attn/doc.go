@@ -17,6 +17,13 @@
 // |p| < 2^16) and an f16 accumulator (zero or ≥ 2^-24 in magnitude) either
 // sum exactly in float64 or the smaller is below half a float64 ulp of a
 // larger one that no float32 tie sits next to.
+//
+// It also registers (cpukern.RegisterAttentionQ8) the two loops of the
+// attention over a q8_0 cache (cpugen.AttentionSeqQ8_0), AVX-512 VNNI and
+// AVX2 builds of the same bits: the Q8_0 dot of a quantized query head with
+// consecutive key rows, exact integer block sums combined in the kernel's
+// float32 order with the rows as SIMD lanes, and the value accumulation of
+// dequantized rows into an f32 accumulator with one-rounding FMAs (gen/q8.go).
 package attn
 
 //go:generate go run ./gen -out zz_attn_amd64.s -stubs zz_stubs_amd64.go -pkg attn

@@ -23,3 +23,23 @@ func dotAVX2(nc int, q *float32, k *uint16, kstride int, rows int, out *float32)
 //
 //go:noescape
 func accAVX2(nv int, acc *float32, v *uint16, vstride int, rows int, vs *float32, ms *float32)
+
+// dotQ8AVX512: out[r] = the Q8_0 dot of the query (nb blocks: quants qq, scales qd) and key row r (quants kq[r·stride:], f16 scales ks[r·stride/32:]), for r < rows, in cpugen.AttentionSeqQ8_0's order (AVX-512 VNNI).
+//
+//go:noescape
+func dotQ8AVX512(nb int, qq *byte, qd *float32, kq *byte, ks *uint16, stride int, rows int, out *float32)
+
+// dotQ8AVX2: out[r] = the Q8_0 dot of the query (nb blocks: quants qq, scales qd) and key row r (quants kq[r·stride:], f16 scales ks[r·stride/32:]), for r < rows, in cpugen.AttentionSeqQ8_0's order (AVX2).
+//
+//go:noescape
+func dotQ8AVX2(nb int, qq *byte, qd *float32, kq *byte, ks *uint16, stride int, rows int, out *float32)
+
+// accQ8AVX512: for r < rows, acc (nv·16 values) = acc·ms[r] where ms[r] ≠ 1, then acc = fma(int8 row vq[r·stride:] · its f16 block scales vd[r·stride/32:], w[r], acc) (AVX512).
+//
+//go:noescape
+func accQ8AVX512(nv int, acc *float32, vq *byte, vd *uint16, stride int, rows int, w *float32, ms *float32)
+
+// accQ8AVX2: for r < rows, acc (nv·8 values) = acc·ms[r] where ms[r] ≠ 1, then acc = fma(int8 row vq[r·stride:] · its f16 block scales vd[r·stride/32:], w[r], acc) (AVX2).
+//
+//go:noescape
+func accQ8AVX2(nv int, acc *float32, vq *byte, vd *uint16, stride int, rows int, w *float32, ms *float32)

@@ -14,6 +14,9 @@
 //     acc = f16(fma(v, vs, acc)), rounding with VCVTPS2PH mode 0 (nearest
 //     even, quant.F32ToF16's).
 //
+// gen/q8.go adds the q8_0 cache's two loops (dotQ8, accQ8), in AVX-512
+// VNNI and AVX2 builds.
+//
 // The FMAs round once, as quant.FMA32. The Go loops they replace use
 // float32(math.FMA(float64...)), which rounds twice, but equals the once
 // rounded result on these inputs: see the package doc.
@@ -60,6 +63,11 @@ func main() {
 		genDot(s)
 		genAcc(s)
 	}
+	q8Data()
+	genDotQ8AVX512()
+	genDotQ8AVX2()
+	genAccQ8(avx512)
+	genAccQ8(avx2)
 	Generate()
 }
 
