@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -40,4 +41,62 @@ func TestGPUReadBandwidth(t *testing.T) {
 	if bw <= 0 || (peak > 0 && bw > 1.02*peak) {
 		t.Fatalf("read bandwidth %.1f GB/s against a peak of %.1f", bw/1e9, peak/1e9)
 	}
+}
+
+// TestGPUReadCeiling times ops.ReadStream over reads the size of the 8B's
+// decode matrices (one launch a matrix, back to back, each at a new offset
+// of a 1 GiB pool, as a decode step streams them), in pieces of several
+// sizes: the rate one launch of that size can reach, against which its
+// mat-vec is held (a launch's ramp and tail are part of it).
+func TestGPUReadCeiling(t *testing.T) {
+	needGPU(t)
+	c, s := deviceStream(t)
+	const pool = 1 << 30
+	pd, err := c.Alloc(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Free()
+	if err := pd.Zero(); err != nil {
+		t.Fatal(err)
+	}
+	k := ops.ReadStream()
+	mod, tg := loadKernels(t, c, k)
+	var table strings.Builder
+	fmt.Fprintf(&table, "%10s |", "bytes")
+	pieces := []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10}
+	for _, p := range pieces {
+		fmt.Fprintf(&table, " %8s", fmt.Sprintf("%dK", p>>10))
+	}
+	table.WriteString("   (GB/s)\n")
+	for _, size := range []int{2 << 20, 9437184, 33030144, 48168960, 66060288, 256 << 20} {
+		fmt.Fprintf(&table, "%10d |", size)
+		for _, p := range pieces {
+			n := size / p
+			y, err := c.Alloc(4 * uint64(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cuda.NewArgs(4)
+			a.Set(0, pd.Ptr)
+			a.Set(1, uint64(n*p))
+			a.Set(2, y.Ptr)
+			a.Set(3, uint64(n))
+			run := launcher(t, mod, tg, s, k, a, ptx.Elems(n*p), ptx.Elems(n))
+			slots, i := pool/(n*p), 0
+			next := func() {
+				a.Set(0, pd.Ptr+uint64(i%slots*n*p))
+				run()
+				i++
+			}
+			for range 5 {
+				next()
+			}
+			us := deviceMicros(t, c, s, 50, next)
+			fmt.Fprintf(&table, " %8.0f", float64(n*p)/us/1e3)
+			y.Free()
+		}
+		table.WriteString("\n")
+	}
+	t.Logf("ReadStream a launch, back to back:\n%s", table.String())
 }

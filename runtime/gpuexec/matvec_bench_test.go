@@ -56,7 +56,7 @@ var matVecCases = []matVecCase{
 // The weights are read from a 1 GiB pool at a new offset each launch, as a
 // decode step streams them (50 launches back to back, events): a matrix
 // read again from the 50 MB L2 would time the cache. GPUEXEC_DOT_OUT names
-// a file for the table.
+// a file for the table; GPUEXEC_DOT_MODELS ("8B,1B") narrows its models.
 func TestGPUMatVecDot(t *testing.T) {
 	needGPU(t)
 	c, s := deviceStream(t)
@@ -98,6 +98,9 @@ func TestGPUMatVecDot(t *testing.T) {
 		for _, mc := range matVecCases {
 			// a case of the type, or of the GGUF type whose layout it is
 			if mc.form != form || (mc.typ != typ && deviceLayout(opstest.Type(mc.typ), mc.cols) != typ) {
+				continue
+			}
+			if only := os.Getenv("GPUEXEC_DOT_MODELS"); only != "" && !slices.Contains(strings.Split(only, ","), mc.model) {
 				continue
 			}
 			fmt.Fprintf(&table, "%-5s %-5s %7d %6d |", mc.model, typ+mc.form, mc.out, mc.cols)
