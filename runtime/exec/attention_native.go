@@ -80,11 +80,6 @@ func attendGroupNative(nk *cpukern.Attention, sc *attnScratch, tab *[1 << 16]flo
 		for h := range g {
 			qq := qh[h*hd : (h+1)*hd]
 			nk.Dot(qq[:main], kc[kb:], kvDim, dots)
-			// The running maximum first: each position needs at most one
-			// exp (mscale's where the score is a new maximum, vs's where
-			// not), whose argument depends only on the maximum before it,
-			// so the block's exps run in one vector call in between.
-			m, sum := ms[h], ss[h]
 			args, exps := sc.args[:n], sc.exps[:n]
 			for jj, l0 := range dots {
 				dot := float64(0)
@@ -95,40 +90,9 @@ func attendGroupNative(nk *cpukern.Attention, sc *attnScratch, tab *[1 << 16]flo
 						dot = float64(dot + float64(float32(qq[i]*tab[kr[i]])))
 					}
 				}
-				s := float32(float32(dot) * scale)
-				dots[jj] = s
-				if s > m {
-					args[jj] = float64(float32(m - s))
-					m = s
-				} else {
-					args[jj] = float64(float32(s - m))
-				}
+				dots[jj] = float32(float32(dot) * scale)
 			}
-			softmaxExp(args, exps)
-			m = ms[h]
-			for jj, s := range dots {
-				gt := s > m
-				mscale, vs := float32(1), float32(1)
-				switch {
-				case j0+jj == 0:
-					mscale = 0
-				case gt:
-					mscale = float32(exps[jj])
-				}
-				if !gt {
-					vs = float32(exps[jj])
-				}
-				// Accum rescales where the factor is not 1: attendGroup's
-				// "gt" (a rescale by exactly 1 leaves f16 values as they are)
-				mscs[jj] = 1
-				if gt {
-					m = s
-					mscs[jj] = mscale
-				}
-				vss[jj] = vs
-				sum = float32(float32(sum*mscale) + vs)
-			}
-			ms[h], ss[h] = m, sum
+			ms[h], ss[h] = softmaxBlock(dots, args, exps, vss, mscs, j0 == 0, ms[h], ss[h])
 			nk.Accum(acc[h*hd:(h+1)*hd], vc[kb:], kvDim, vss, mscs)
 		}
 	}
@@ -138,4 +102,50 @@ func attendGroupNative(nk *cpukern.Attention, sc *attnScratch, tab *[1 << 16]flo
 			y[d] = float32(acc[d] * inv)
 		}
 	}
+}
+
+// softmaxBlock runs the online softmax over one head's block of scores
+// (dots, scaled) from its running maximum m and sum: the running maximum
+// first, so each position needs at most one exp (mscale's where the score
+// is a new maximum, the weight's where not), whose argument depends only on
+// the maximum before it, and the block's exps run in one vector call in
+// between. It leaves each position's value weight in ws and the
+// accumulator's rescale factor in mscs (1 where the maximum holds: a rescale
+// by exactly 1 changes nothing, as the kernels' "gt" skips it) and returns
+// the new maximum and sum; first is whether the block starts at position 0
+// (its first rescale is of nothing). attendGroup's and AttentionSeqQ8_0's
+// arithmetic, position by position.
+func softmaxBlock(dots []float32, args, exps []float64, ws, mscs []float32, first bool, m, sum float32) (float32, float32) {
+	m0 := m
+	for jj, s := range dots {
+		if s > m {
+			args[jj] = float64(float32(m - s))
+			m = s
+		} else {
+			args[jj] = float64(float32(s - m))
+		}
+	}
+	softmaxExp(args, exps)
+	m = m0
+	for jj, s := range dots {
+		gt := s > m
+		mscale, w := float32(1), float32(1)
+		switch {
+		case first && jj == 0:
+			mscale = 0
+		case gt:
+			mscale = float32(exps[jj])
+		}
+		if !gt {
+			w = float32(exps[jj])
+		}
+		mscs[jj] = 1
+		if gt {
+			m = s
+			mscs[jj] = mscale
+		}
+		ws[jj] = w
+		sum = float32(float32(sum*mscale) + w)
+	}
+	return m, sum
 }

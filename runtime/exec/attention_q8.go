@@ -173,44 +173,10 @@ func attendGroupQ8Native(nk *cpukern.AttentionQ8, sc *attnScratch, qq []byte, qd
 		args, exps := sc.args[:n], sc.exps[:n]
 		for h := range g {
 			nk.Dot(qq[h*hd:(h+1)*hd], qd[h*nb:(h+1)*nb], kq[kb:], ks[kb/32:], kvDim, dots)
-			// the running maximum first, then the block's exps in one call
-			// (attendGroupNative's reasoning)
-			m, sum := ms[h], ss[h]
 			for jj, dot := range dots {
-				s := float32(dot * scale)
-				dots[jj] = s
-				if s > m {
-					args[jj] = float64(float32(m - s))
-					m = s
-				} else {
-					args[jj] = float64(float32(s - m))
-				}
+				dots[jj] = float32(dot * scale)
 			}
-			softmaxExp(args, exps)
-			m = ms[h]
-			for jj, s := range dots {
-				gt := s > m
-				mscale, w := float32(1), float32(1)
-				switch {
-				case j0+jj == 0:
-					mscale = 0
-				case gt:
-					mscale = float32(exps[jj])
-				}
-				if !gt {
-					w = float32(exps[jj])
-				}
-				// Accum rescales where the factor is not 1: the kernel's
-				// "gt" (a rescale by exactly 1 changes nothing)
-				mscs[jj] = 1
-				if gt {
-					m = s
-					mscs[jj] = mscale
-				}
-				ws[jj] = w
-				sum = float32(float32(sum*mscale) + w)
-			}
-			ms[h], ss[h] = m, sum
+			ms[h], ss[h] = softmaxBlock(dots, args, exps, ws, mscs, j0 == 0, ms[h], ss[h])
 			nk.Accum(acc[h*hd:(h+1)*hd], vq[kb:], vs[kb/32:], kvDim, ws, mscs)
 		}
 	}
