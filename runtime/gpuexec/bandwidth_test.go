@@ -100,3 +100,109 @@ func TestGPUReadCeiling(t *testing.T) {
 	}
 	t.Logf("ReadStream a launch, back to back:\n%s", table.String())
 }
+
+// TestGPUReadChain times ops.ReadStream launched as a decode step launches
+// its mat-vecs, a chain over reads the size of the 8B's matrices: plain
+// launches; dependent launches waiting for the kernel before at entry (as
+// the mat-vecs do); and dependent launches whose wait comes only before
+// their store, so each kernel's reads start while the one before finishes
+// (the rendered wait moved by hand: what a mat-vec that issued its weight
+// loads before its wait could reach). The gap between the last two is what
+// streaming across launches is worth.
+func TestGPUReadChain(t *testing.T) {
+	needGPU(t)
+	if !cuda.CanLaunchDependent() {
+		t.Skip("the driver has no cuLaunchKernelEx: no dependent launches to time")
+	}
+	c, s := deviceStream(t)
+	const pool, piece = 1 << 30, 16 << 10
+	pd, err := c.Alloc(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Free()
+	if err := pd.Zero(); err != nil {
+		t.Fatal(err)
+	}
+	k := ops.ReadStream()
+	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
+	dep := tg
+	dep.Dependent = func(*kernel.Kernel) bool { return true }
+	entry, err := ptx.Module([]*kernel.Kernel{k}, dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wait = "\tgriddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;\n"
+	store := strings.Index(entry, "\tst.global")
+	if strings.Count(entry, wait) != 1 || store < strings.Index(entry, wait) {
+		t.Fatalf("ReadStream rendered for dependent launch: no single wait before its store:\n%s", entry)
+	}
+	late := strings.Replace(entry, wait, "", 1)
+	store = strings.Index(late, "\tst.global")
+	late = late[:store] + wait + late[store:]
+	variants := []struct {
+		name      string
+		mod       *cuda.Module
+		dependent bool
+	}{{"plain", loadKernelsFor(t, c, tg, k), false}}
+	for _, v := range []struct{ name, src string }{{"wait at entry", entry}, {"wait before the store", late}} {
+		mod, err := c.LoadPTX(v.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mod.Unload() })
+		variants = append(variants, struct {
+			name      string
+			mod       *cuda.Module
+			dependent bool
+		}{v.name, mod, true})
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%10s |", "bytes")
+	for _, v := range variants {
+		fmt.Fprintf(&table, " %22s", v.name)
+	}
+	table.WriteString("   (GB/s, 16 KiB pieces)\n")
+	for _, size := range []int{2 << 20, 9437184, 33030144, 48168960, 66060288} {
+		fmt.Fprintf(&table, "%10d |", size)
+		n := size / piece
+		y, err := c.Alloc(4 * uint64(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range variants {
+			fn, err := v.mod.Function(k.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grid, block, shared, err := launchShape(k, tg, ptx.Elems(n*piece), ptx.Elems(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cuda.NewArgs(4)
+			a.Set(1, uint64(n*piece))
+			a.Set(2, y.Ptr)
+			a.Set(3, uint64(n))
+			slots, i := pool/(n*piece), 0
+			next := func() {
+				a.Set(0, pd.Ptr+uint64(i%slots*n*piece))
+				i++
+				launch := fn.Launch
+				if v.dependent {
+					launch = fn.LaunchDependent
+				}
+				if err := launch(grid, block, shared, s, a); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 5 {
+				next()
+			}
+			us := deviceMicros(t, c, s, 50, next)
+			fmt.Fprintf(&table, " %22.0f", float64(n*piece)/us/1e3)
+		}
+		y.Free()
+		table.WriteString("\n")
+	}
+	t.Logf("ReadStream launches in a chain:\n%s", table.String())
+}
