@@ -21,6 +21,15 @@ import (
 //     filter cannot be overridden, builtins are looked up first).
 //   - f(*x) and f(**x), which the library does not parse, become
 //     __jl_call(f, spec, ...), which spreads the arguments in Go.
+//
+// One more bounds what a template can do: each macro body opens with
+// {% set __jl_depth = __jl_enter() %} and closes with __jl_leave(), which
+// count the macros in progress and fail the render past maxMacroDepth (the
+// library recurses in Go without a limit, and a macro that calls itself
+// forever would overflow the stack: a fatal error, not a panic). The
+// guards are block tags placed against the macro's own tags with their
+// whitespace markers, so trim_blocks and lstrip_blocks strip what they
+// stripped before.
 
 type tokKind int
 
@@ -367,6 +376,9 @@ func rewriteSource(src string) string {
 		out := ""
 		if t.stmt {
 			out = rewriteFor(body, t, &loops)
+			if out == "" {
+				out = guardMacro(src, body, t)
+			}
 		}
 		if out == "" {
 			nb := rewriteExpr(body)
@@ -435,4 +447,21 @@ func rewriteFor(body string, t tagSpan, loops *int) string {
 		tag("", "set _ = "+name+".append("+item+")", r) +
 		tag("", "endif", r) + tag("", "endfor", r) +
 		tag("", "for "+targets+" in "+name, t.right)
+}
+
+// guardMacro is a macro or endmacro tag t (body its text) with the depth
+// guard beside it; "" for any other tag.
+func guardMacro(src, body string, t tagSpan) string {
+	toks := lex(body)
+	if len(toks) == 0 || toks[0].kind != tName {
+		return ""
+	}
+	tag := src[t.start:t.end]
+	switch toks[0].text {
+	case "macro":
+		return tag + "{% set __jl_depth = __jl_enter() " + t.right + "%}"
+	case "endmacro":
+		return "{%" + t.left + " set __jl_depth = __jl_leave() %}" + tag
+	}
+	return ""
 }

@@ -87,8 +87,90 @@ func (t *Template) RenderValues(data map[string]jinja.Value) (out string, err er
 	vals["__jl_tojson"] = tojson
 	vals["__jl_string"] = pyString
 	vals["__jl_call"] = starCall
+	depth := 0 // the macros in progress (rewrite.go's guards)
+	vals["__jl_enter"] = jinja.NewCallable("__jl_enter", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		if depth++; depth > maxMacroDepth {
+			return jinja.Undefined(), fmt.Errorf("template: macros nest deeper than %d", maxMacroDepth)
+		}
+		return jinja.FromGoValue(depth), nil
+	})
+	vals["__jl_leave"] = jinja.NewCallable("__jl_leave", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		depth--
+		return jinja.FromGoValue(depth), nil
+	})
+	vals["range"] = boundedRange
 	return t.t.RenderValues(vals)
 }
+
+// maxRange is the most items range() makes for a template: real templates
+// count messages or tools; range(10**9) would run the render for minutes
+// (the user's names shadow the library's builtins).
+const maxRange = 1 << 16
+
+// boundedRange is the library's range (Python's: stop; start, stop;
+// start, stop, step) refusing more than maxRange items.
+var boundedRange = jinja.NewCallable("range", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) < 1 || len(args) > 3 {
+		return jinja.Undefined(), fmt.Errorf("range: expected 1-3 arguments, got %d", len(args))
+	}
+	n := make([]int64, len(args))
+	for i, a := range args {
+		n[i] = rangeInt(a)
+	}
+	start, stop, step := int64(0), n[0], int64(1)
+	if len(n) > 1 {
+		start, stop = n[0], n[1]
+	}
+	if len(n) > 2 {
+		step = n[2]
+	}
+	if step == 0 {
+		return jinja.Undefined(), errors.New("range: step must not be zero")
+	}
+	var count uint64 // ⌈span/|step|⌉ in uint64: start and stop may be an int64 apart
+	span, by := uint64(0), uint64(step)
+	switch {
+	case step > 0 && stop > start:
+		span = uint64(stop - start)
+	case step < 0 && start > stop:
+		span, by = uint64(start-stop), -uint64(step)
+	}
+	if count = span / by; span%by != 0 {
+		count++
+	}
+	if count > maxRange {
+		return jinja.Undefined(), fmt.Errorf("template: range of %d items (at most %d)", count, maxRange)
+	}
+	items := make([]jinja.Value, 0, count)
+	for i, v := uint64(0), start; i < count; i, v = i+1, v+step {
+		items = append(items, jinja.NewInt(v))
+	}
+	return jinja.NewList(items), nil
+})
+
+// rangeInt is a range argument as the library reads it: ints, floats
+// truncated, bools 0 or 1, strings' leading integer, else 0.
+func rangeInt(v jinja.Value) int64 {
+	switch {
+	case v.IsInt():
+		return v.AsInt()
+	case v.IsFloat():
+		return int64(v.AsFloat())
+	case v.IsBool():
+		if v.AsBool() {
+			return 1
+		}
+	case v.IsString():
+		var n int64
+		fmt.Sscanf(v.AsString(), "%d", &n)
+		return n
+	}
+	return 0
+}
+
+// maxMacroDepth is how deeply a template's macros may nest: real templates
+// recurse over a tool schema's nesting, a few levels.
+const maxMacroDepth = 256
 
 // ParseJSON converts JSON text to a jinja value, keeping object key order
 // and telling integers from floats as Python's json module does.
