@@ -102,10 +102,11 @@ func (t *Template) RenderValues(data map[string]jinja.Value) (out string, err er
 	return t.t.RenderValues(vals)
 }
 
-// maxRange is the most items range() makes for a template: real templates
-// count messages or tools; range(10**9) would run the render for minutes
-// (the user's names shadow the library's builtins).
-const maxRange = 1 << 16
+// maxRange is the most items range() makes for a template: Jinja2's
+// sandbox's MAX_RANGE, which Hugging Face renders templates in
+// (range(10**9) would run the render for minutes; the user's names shadow
+// the library's builtins).
+const maxRange = 100000
 
 // boundedRange is the library's range (Python's: stop; start, stop;
 // start, stop, step) refusing more than maxRange items.
