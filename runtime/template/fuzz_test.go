@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzTemplate compiles and renders arbitrary chat templates (a GGUF's
@@ -106,5 +107,34 @@ func TestBoundedRange(t *testing.T) {
 		if out, err := render(src); err == nil {
 			t.Errorf("%s: %.40q without an error", src, out)
 		}
+	}
+}
+
+// Loops end the render past maxIterations in all (nested loops over large
+// ranges would run for hours), loop filters' collecting loops included;
+// loops that stay under it render as before.
+func TestLoopBound(t *testing.T) {
+	for _, src := range []string{
+		"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+		"{% for i in range(100000) %}{% for j in range(100000) if j > 5 %}{% endfor %}{% endfor %}",
+	} {
+		tpl, err := Compile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if out, err := tpl.Render([]byte(`{}`)); err == nil || !strings.Contains(err.Error(), "loop iterations") {
+			t.Errorf("%s: %.40q, %v", src, out, err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("%s: stopped after %v", src, d)
+		}
+	}
+	tpl, err := Compile("{% for i in range(3) if i != 1 %}{{ loop.index }}{{ i }}{% else %}none{% endfor %}|{% for x in [] %}{% else %}empty{% endfor %}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tpl.Render([]byte(`{}`)); err != nil || out != "1022|empty" {
+		t.Errorf("loops under the bound: %q, %v", out, err)
 	}
 }

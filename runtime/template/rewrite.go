@@ -22,12 +22,14 @@ import (
 //   - f(*x) and f(**x), which the library does not parse, become
 //     __jl_call(f, spec, ...), which spreads the arguments in Go.
 //
-// One more bounds what a template can do: each macro body opens with
+// Two more bound what a template can do: each macro body opens with
 // {% set __jl_depth = __jl_enter() %} and closes with __jl_leave(), which
 // count the macros in progress and fail the render past maxMacroDepth (the
 // library recurses in Go without a limit, and a macro that calls itself
-// forever would overflow the stack: a fatal error, not a panic). The
-// guards are block tags placed against the macro's own tags with their
+// forever would overflow the stack: a fatal error, not a panic); each loop
+// body opens with __jl_step(), which fails the render past maxIterations
+// (nested loops over large ranges would run for hours). The guards are
+// block tags placed against the macro's and loop's own tags with their
 // whitespace markers, so trim_blocks and lstrip_blocks strip what they
 // stripped before.
 
@@ -442,15 +444,19 @@ func rewriteFor(body string, t tagSpan, loops *int) string {
 	r := t.right // inner tags repeat the right marker: trimming is idempotent
 	tag := func(l, body, r string) string { return "{%" + l + " " + body + " " + r + "%}" }
 	return tag(t.left, "set "+name+" = []", r) +
-		tag("", "for "+targets+" in "+iter, r) +
+		tag("", "for "+targets+" in "+iter, r) + tick(r) +
 		tag("", "if "+c, r) +
 		tag("", "set _ = "+name+".append("+item+")", r) +
 		tag("", "endif", r) + tag("", "endfor", r) +
-		tag("", "for "+targets+" in "+name, t.right)
+		tag("", "for "+targets+" in "+name, t.right) + tick(t.right)
 }
 
+// tick is the guard that opens every loop body: it counts the render's
+// iterations (maxIterations).
+func tick(right string) string { return "{% set __jl_tick = __jl_step() " + right + "%}" }
+
 // guardMacro is a macro or endmacro tag t (body its text) with the depth
-// guard beside it; "" for any other tag.
+// guard beside it, or a for tag with its tick; "" for any other tag.
 func guardMacro(src, body string, t tagSpan) string {
 	toks := lex(body)
 	if len(toks) == 0 || toks[0].kind != tName {
@@ -462,6 +468,8 @@ func guardMacro(src, body string, t tagSpan) string {
 		return tag + "{% set __jl_depth = __jl_enter() " + t.right + "%}"
 	case "endmacro":
 		return "{%" + t.left + " set __jl_depth = __jl_leave() %}" + tag
+	case "for":
+		return tag + tick(t.right)
 	}
 	return ""
 }

@@ -98,6 +98,13 @@ func (t *Template) RenderValues(data map[string]jinja.Value) (out string, err er
 		depth--
 		return jinja.FromGoValue(depth), nil
 	})
+	steps := 0 // loop iterations (rewrite.go's ticks)
+	vals["__jl_step"] = jinja.NewCallable("__jl_step", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		if steps++; steps > maxIterations {
+			return jinja.Undefined(), fmt.Errorf("template: more than %d loop iterations", maxIterations)
+		}
+		return jinja.Undefined(), nil
+	})
 	vals["range"] = boundedRange
 	return t.t.RenderValues(vals)
 }
@@ -168,6 +175,10 @@ func rangeInt(v jinja.Value) int64 {
 	}
 	return 0
 }
+
+// maxIterations bounds the loop iterations of one render: real templates
+// loop over messages, their parts and tools' properties.
+const maxIterations = 1 << 20
 
 // maxMacroDepth is how deeply a template's macros may nest: real templates
 // recurse over a tool schema's nesting, a few levels.
