@@ -43,6 +43,62 @@ func TestGPUReadBandwidth(t *testing.T) {
 	}
 }
 
+// readPool is a zeroed 1 GiB device buffer that the read tests stream
+// from, a new offset each launch (a matrix read again from the 50 MB L2
+// would time the cache).
+const readPool = 1 << 30
+
+func newReadPool(t *testing.T, c *cuda.Context) cuda.Buffer {
+	t.Helper()
+	pd, err := c.Alloc(readPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Free() })
+	if err := pd.Zero(); err != nil {
+		t.Fatal(err)
+	}
+	return pd
+}
+
+// readRate is the GB/s of ops.ReadStream k (launched by launch, shaped
+// by tg) summing size bytes of pool in pieces of piece: 50 launches back
+// to back after 5, each at the next offset of the pool.
+func readRate(t *testing.T, c *cuda.Context, s *cuda.Stream, pool cuda.Buffer, k *kernel.Kernel, tg ptx.Target,
+	launch func(grid, block cuda.Dim3, shared uint32, a *cuda.Args) error, size, piece int) float64 {
+	t.Helper()
+	n := size / piece
+	y, err := c.Alloc(4 * uint64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Free()
+	grid, block, shared, err := launchShape(k, tg, ptx.Elems(n*piece), ptx.Elems(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cuda.NewArgs(4)
+	a.Set(1, uint64(n*piece))
+	a.Set(2, y.Ptr)
+	a.Set(3, uint64(n))
+	slots, i := readPool/(n*piece), 0
+	next := func() { // the launch copies its arguments, so one Args serves every offset
+		a.Set(0, pool.Ptr+uint64(i%slots*n*piece))
+		i++
+		if err := launch(grid, block, shared, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		next()
+	}
+	return float64(n*piece) / deviceMicros(t, c, s, 50, next) / 1e3
+}
+
+// decodeReadSizes are the 8B's decode matrices' bytes (Q4_K 4096×4096,
+// 14336×4096, Q6_K 4096×14336, the SwiGLU's two 14336×4096) and 2 MiB.
+var decodeReadSizes = []int{2 << 20, 9437184, 33030144, 48168960, 66060288}
+
 // TestGPUReadCeiling times ops.ReadStream over reads the size of the 8B's
 // decode matrices (one launch a matrix, back to back, each at a new offset
 // of a 1 GiB pool, as a decode step streams them), in pieces of several
@@ -51,17 +107,16 @@ func TestGPUReadBandwidth(t *testing.T) {
 func TestGPUReadCeiling(t *testing.T) {
 	needGPU(t)
 	c, s := deviceStream(t)
-	const pool = 1 << 30
-	pd, err := c.Alloc(pool)
+	pool := newReadPool(t, c)
+	k := ops.ReadStream()
+	mod, tg := loadKernels(t, c, k)
+	fn, err := mod.Function(k.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pd.Free()
-	if err := pd.Zero(); err != nil {
-		t.Fatal(err)
+	launch := func(grid, block cuda.Dim3, shared uint32, a *cuda.Args) error {
+		return fn.Launch(grid, block, shared, s, a)
 	}
-	k := ops.ReadStream()
-	mod, tg := loadKernels(t, c, k)
 	var table strings.Builder
 	fmt.Fprintf(&table, "%10s |", "bytes")
 	pieces := []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10}
@@ -69,32 +124,10 @@ func TestGPUReadCeiling(t *testing.T) {
 		fmt.Fprintf(&table, " %8s", fmt.Sprintf("%dK", p>>10))
 	}
 	table.WriteString("   (GB/s)\n")
-	for _, size := range []int{2 << 20, 9437184, 33030144, 48168960, 66060288, 256 << 20} {
+	for _, size := range append(decodeReadSizes, 256<<20) {
 		fmt.Fprintf(&table, "%10d |", size)
 		for _, p := range pieces {
-			n := size / p
-			y, err := c.Alloc(4 * uint64(n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := cuda.NewArgs(4)
-			a.Set(0, pd.Ptr)
-			a.Set(1, uint64(n*p))
-			a.Set(2, y.Ptr)
-			a.Set(3, uint64(n))
-			run := launcher(t, mod, tg, s, k, a, ptx.Elems(n*p), ptx.Elems(n))
-			slots, i := pool/(n*p), 0
-			next := func() {
-				a.Set(0, pd.Ptr+uint64(i%slots*n*p))
-				run()
-				i++
-			}
-			for range 5 {
-				next()
-			}
-			us := deviceMicros(t, c, s, 50, next)
-			fmt.Fprintf(&table, " %8.0f", float64(n*p)/us/1e3)
-			y.Free()
+			fmt.Fprintf(&table, " %8.0f", readRate(t, c, s, pool, k, tg, launch, size, p))
 		}
 		table.WriteString("\n")
 	}
@@ -115,15 +148,7 @@ func TestGPUReadChain(t *testing.T) {
 		t.Skip("the driver has no cuLaunchKernelEx: no dependent launches to time")
 	}
 	c, s := deviceStream(t)
-	const pool, piece = 1 << 30, 16 << 10
-	pd, err := c.Alloc(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Free()
-	if err := pd.Zero(); err != nil {
-		t.Fatal(err)
-	}
+	pool := newReadPool(t, c)
 	k := ops.ReadStream()
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	dep := tg
@@ -140,22 +165,30 @@ func TestGPUReadChain(t *testing.T) {
 	late := strings.Replace(entry, wait, "", 1)
 	store = strings.Index(late, "\tst.global")
 	late = late[:store] + wait + late[store:]
-	variants := []struct {
+	type variant struct {
 		name      string
-		mod       *cuda.Module
+		fn        *cuda.Function
 		dependent bool
-	}{{"plain", loadKernelsFor(t, c, tg, k), false}}
-	for _, v := range []struct{ name, src string }{{"wait at entry", entry}, {"wait before the store", late}} {
-		mod, err := c.LoadPTX(v.src)
+	}
+	var variants []variant
+	for _, v := range []struct {
+		name, src string
+		dependent bool
+	}{{"plain", "", false}, {"wait at entry", entry, true}, {"wait before the store", late, true}} {
+		var mod *cuda.Module
+		if v.src == "" {
+			mod = loadKernelsFor(t, c, tg, k)
+		} else {
+			if mod, err = c.LoadPTX(v.src); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mod.Unload() })
+		}
+		fn, err := mod.Function(k.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { mod.Unload() })
-		variants = append(variants, struct {
-			name      string
-			mod       *cuda.Module
-			dependent bool
-		}{v.name, mod, true})
+		variants = append(variants, variant{v.name, fn, v.dependent})
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "%10s |", "bytes")
@@ -163,45 +196,17 @@ func TestGPUReadChain(t *testing.T) {
 		fmt.Fprintf(&table, " %22s", v.name)
 	}
 	table.WriteString("   (GB/s, 16 KiB pieces)\n")
-	for _, size := range []int{2 << 20, 9437184, 33030144, 48168960, 66060288} {
+	for _, size := range decodeReadSizes {
 		fmt.Fprintf(&table, "%10d |", size)
-		n := size / piece
-		y, err := c.Alloc(4 * uint64(n))
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, v := range variants {
-			fn, err := v.mod.Function(k.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			grid, block, shared, err := launchShape(k, tg, ptx.Elems(n*piece), ptx.Elems(n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := cuda.NewArgs(4)
-			a.Set(1, uint64(n*piece))
-			a.Set(2, y.Ptr)
-			a.Set(3, uint64(n))
-			slots, i := pool/(n*piece), 0
-			next := func() {
-				a.Set(0, pd.Ptr+uint64(i%slots*n*piece))
-				i++
-				launch := fn.Launch
+			launch := func(grid, block cuda.Dim3, shared uint32, a *cuda.Args) error {
 				if v.dependent {
-					launch = fn.LaunchDependent
+					return v.fn.LaunchDependent(grid, block, shared, s, a)
 				}
-				if err := launch(grid, block, shared, s, a); err != nil {
-					t.Fatal(err)
-				}
+				return v.fn.Launch(grid, block, shared, s, a)
 			}
-			for range 5 {
-				next()
-			}
-			us := deviceMicros(t, c, s, 50, next)
-			fmt.Fprintf(&table, " %22.0f", float64(n*piece)/us/1e3)
+			fmt.Fprintf(&table, " %22.0f", readRate(t, c, s, pool, k, tg, launch, size, 16<<10))
 		}
-		y.Free()
 		table.WriteString("\n")
 	}
 	t.Logf("ReadStream launches in a chain:\n%s", table.String())
