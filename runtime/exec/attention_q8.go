@@ -66,10 +66,11 @@ func (r *Runner) lowerAttentionQ8(id int, n *dsl.Node) (func(), error) {
 		if qz != nil { // the same bytes: each row's blocks as QuantizeQ8_0 makes them
 			sc := attnScratchPool.Get().(*attnScratch)
 			defer attnScratchPool.Put(sc)
+			c := kv.caches()
 			for i := lo; i < hi; i++ {
 				at := (int(r.rowSeq[i])*ctx + int(r.rowPos[i])) * kvDim
-				storeQ8(qz, sc, k[i*kvDim:(i+1)*kvDim], kv.kq[at:at+kvDim], kv.ks[at/32:(at+kvDim)/32])
-				storeQ8(qz, sc, v[i*kvDim:(i+1)*kvDim], kv.vq[at:at+kvDim], kv.vs[at/32:(at+kvDim)/32])
+				storeQ8(qz, sc, k[i*kvDim:(i+1)*kvDim], c[0], at)
+				storeQ8(qz, sc, v[i*kvDim:(i+1)*kvDim], c[1], at)
 			}
 			return
 		}
@@ -110,19 +111,16 @@ func quantizeQ8Split(qz func(x []float32, dst []byte), sc *attnScratch, x []floa
 	}
 }
 
-// storeQ8 quantizes the row x into a q8_0 cache row, quants qs and f16
-// scales ds, as KVStoreSeqQ8_0 does, through the native quantizer qz, a
-// group's scratch of values at a time.
-func storeQ8(qz func(x []float32, dst []byte), sc *attnScratch, x []float32, qs []byte, ds []uint16) {
+// storeQ8 quantizes the row x into q8_0 cache c from value at, as
+// KVStoreSeqQ8_0 does, through the native quantizer qz: a group's scratch
+// of block_q8_0s at a time, split into the cache's quants and scales by
+// kvCache.get (they are SaveSeq's layout).
+func storeQ8(qz func(x []float32, dst []byte), sc *attnScratch, x []float32, c kvCache, at int) {
 	for lo := 0; lo < len(x); lo += maxGroupVals {
 		n := min(maxGroupVals, len(x)-lo)
 		blk := sc.q8[:n/32*34]
 		qz(x[lo:lo+n], blk)
-		for i := range n / 32 {
-			b := blk[34*i : 34*i+34]
-			ds[lo/32+i] = uint16(b[0]) | uint16(b[1])<<8
-			copy(qs[lo+32*i:lo+32*i+32], b[2:])
-		}
+		c.get(blk, at+lo, n)
 	}
 }
 

@@ -470,9 +470,9 @@ func TestQuantizeQ8Native(t *testing.T) {
 		kq, vq := make([]byte, 2*n), make([]byte, 2*n)
 		ks, vs := make([]uint16, 2*n/32), make([]uint16, 2*n/32)
 		cpugen.KVStoreSeqQ8_0(x, x, kq, vq, ks, vs, []int32{1}, []int32{0}, n, 2)
-		gq, gs := make([]byte, n), make([]uint16, n/32)
-		storeQ8(qz, sc, x, gq, gs)
-		if string(gq) != string(kq[n:]) || !slices.Equal(gs, ks[n/32:]) {
+		gq, gs := make([]byte, 2*n), make([]uint16, 2*n/32)
+		storeQ8(qz, sc, x, kvCache{q: gq, s: gs}, n)
+		if string(gq[n:]) != string(kq[n:]) || !slices.Equal(gs[n/32:], ks[n/32:]) {
 			t.Fatalf("%d values: storeQ8 differs from KVStoreSeqQ8_0", n)
 		}
 	}

@@ -923,32 +923,27 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						alts[at] = alt
 						return nil
 					}
-					if qn, qmk, qk := quantizedBy(i); rows == 1 && qk == 32 && hd%32 == 0 {
-						// every reader quantizes the output to Q8_0: the
-						// attention does (a block is 4 tiles of a row's quad)
-						xq, xd := actQuants(n.Cols, qk)
-						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
-						p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
-						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
-							return view{}, err
-						}
-						normQuant = &rounding{cached(qn, qmk), out[i]}
-						break
-					}
-					if readers, ok := q4KReaders(i); ok && rows == 1 && hd%32 == 0 {
-						// every reader is a Q4_K mat-vec: the attention
-						// quantizes to Q8_0 for them (Q4_KQ8_0), so the
-						// o projection's quantizer needs no launch either
+					qn, qmk, qk := quantizedBy(i)
+					q4K, toQ4K := q4KReaders(i)
+					if rows == 1 && hd%32 == 0 && (qk == 32 || toQ4K) {
+						// the attention quantizes its output to Q8_0 (a block
+						// is 4 tiles of a row's quad): where every reader
+						// quantizes it so, or every reader is a Q4_K mat-vec,
+						// which takes it as Q4_KQ8_0; either way the o
+						// projection's quantizer needs no launch
 						xq, xd := actQuants(n.Cols, 32)
 						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
 						p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
 						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
 							return view{}, err
 						}
-						for _, u := range readers {
-							q8Act[u] = true
+						if qk != 32 {
+							for _, u := range q4K {
+								q8Act[u] = true
+							}
+							qn, qmk = "QuantizeQ8_0", ops.QuantizeQ8_0
 						}
-						normQuant = &rounding{cached("QuantizeQ8_0", ops.QuantizeQ8_0), out[i]}
+						normQuant = &rounding{cached(qn, qmk), out[i]}
 						break
 					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })

@@ -379,7 +379,7 @@ func rewriteSource(src string) string {
 		if t.stmt {
 			out = rewriteFor(body, t, &loops)
 			if out == "" {
-				out = guardMacro(src, body, t)
+				out = guardTag(src, body, t)
 			}
 		}
 		if out == "" {
@@ -455,9 +455,9 @@ func rewriteFor(body string, t tagSpan, loops *int) string {
 // iterations (maxIterations).
 func tick(right string) string { return "{% set __jl_tick = __jl_step() " + right + "%}" }
 
-// guardMacro is a macro or endmacro tag t (body its text) with the depth
+// guardTag is a macro or endmacro tag t (body its text) with the depth
 // guard beside it, or a for tag with its tick; "" for any other tag.
-func guardMacro(src, body string, t tagSpan) string {
+func guardTag(src, body string, t tagSpan) string {
 	toks := lex(body)
 	if len(toks) == 0 || toks[0].kind != tName {
 		return ""
