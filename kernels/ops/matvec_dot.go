@@ -53,7 +53,8 @@ func storeQuantized(b *k.Builder, qk int, i, base k.Expr, at func(j any) k.Expr,
 }
 
 // RMSNormQuantize is RMSNormQuantize{Q8_K,Q8_0}(x, w []float32, xq []byte,
-// xd []float32, eps float32): RMSNorm(x, w) (weighted, one row) quantized
+// xd []float32, eps float32): RMSNorm(x, w) (weighted, each of x's rows of
+// len(w) values; a block never spans two) quantized
 // as QuantizeQ8_K / QuantizeQ8_0 quantize it (qk 256 or 32), without the
 // normalized row ever stored: a CTA of NormThreads a block, each CTA
 // summing the whole row's squares itself (the row is a few KiB, read from
@@ -72,17 +73,18 @@ func RMSNormQuantize(qk int) *k.Kernel {
 	x, w := b.Buffer("x", k.F32), b.Buffer("w", k.F32)
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	eps := b.Scalar("eps", k.F32)
-	n := b.Let("n", x.Len())
+	n := b.Let("n", w.Len()) // a row: x holds len(x)/len(w) of them
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
+		base := b.Let("base", i.Mul(qk))
+		row := b.Let("row", base.Div(n).Mul(n)) // the block's row's first value
 		ss := b.Sum("ss", k.F64, 0, n, func(j k.Expr) k.Expr {
-			xj := b.Let("xj", x.At(j))
+			xj := b.Let("xj", x.At(row.Add(j)))
 			return xj.Mul(xj).Cvt(k.F64)
 		})
 		mean := b.Let("mean", ss.Div(n.Cvt(k.F64)).Cvt(k.F32))
 		scale := b.Let("scale", k.F(1).Div(mean.Add(eps).Sqrt()))
-		base := b.Let("base", i.Mul(qk))
 		// RMSNorm's bits: x·scale, then ·w
-		y := func(j any) k.Expr { return x.At(base.Add(j)).Mul(scale).Mul(w.At(base.Add(j))) }
+		y := func(j any) k.Expr { return x.At(base.Add(j)).Mul(scale).Mul(w.At(base.Sub(row).Add(j))) }
 		storeQuantized(b, qk, i, base, y, xq, xd)
 	})
 	b.Schedule("ss_i", k.LoopSchedule{Threads: NormThreads, Unroll: 4}) // a thread's squares' loads in flight together
@@ -288,9 +290,16 @@ func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
 // Prefetch has each group prefetch its weight rows before it waits for
 // the kernel before it (kernel.Prefetch; a target with dependent launches
 // streams them while that kernel finishes): it never changes a result.
+//
+// Acts is the activation rows a launch multiplies (0 or 1: one): xq and xd
+// hold Acts rows' quants and scales one row after another, y (and res)
+// Acts rows of outputs, and a group reads each weight unit once for all of
+// them (a verify step of speculative decoding, a few sequences' decode).
+// Each row's sums are those of the one-row mat-vec, bit for bit.
 type DotShape struct {
 	Rows, Threads, Unroll int
 	Prefetch              bool
+	Acts                  int
 }
 
 // String is the shape's suffix of a kernel name: "x4" for 4 rows, "t128"
@@ -309,6 +318,9 @@ func (sh DotShape) String() string {
 	}
 	if sh.Prefetch {
 		b.WriteString("p")
+	}
+	if sh.Acts > 1 {
+		fmt.Fprintf(&b, "a%d", sh.Acts)
 	}
 	return b.String()
 }
@@ -343,6 +355,9 @@ func DotMatVec(form, typ string, sh DotShape) *k.Kernel {
 	if st == ropeKVForm && sh.Rows%2 != 0 {
 		panic("DotMatVec: RopeKV takes rows in pairs")
 	}
+	if st == ropeKVForm && sh.Acts > 1 {
+		panic("DotMatVec: RopeKV takes one activation row")
+	}
 	return matVecDot(typ, c, st, sh)
 }
 
@@ -371,58 +386,84 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	if st == ropeKVForm {
 		rk = ropeKVParams(b)
 	}
-	nb := xd.Len()
+	acts := max(sh.Acts, 1)
+	nb, n := xd.Len(), y.Len()
+	if acts > 1 {
+		nb, n = nb.Div(acts), b.Let("n", n.Div(acts))
+	}
 	if c.scales > 1 {
 		nb = nb.Div(c.scales)
 	}
 	nb = b.Let("nb", nb)
 	rowBytes := b.Let("rowBytes", nb.Mul(c.bytes))
-	b.ParallelFor("r", 0, y.Len().Div(rows), func(g k.Expr) {
+	// at is output row r's index in activation row a's outputs
+	at := func(a int, r k.Expr) k.Expr {
+		if a == 0 {
+			return r
+		}
+		return n.Mul(a).Add(r)
+	}
+	b.ParallelFor("r", 0, n.Div(rows), func(g k.Expr) {
 		for _, w := range ws { // the group's rows: weights, which no launch writes
 			if sh.Prefetch {
 				b.Prefetch(w, g.Mul(rows).Mul(rowBytes), rowBytes.Mul(rows))
 			}
 		}
-		sums := make([][]*k.Var, rows) // by row of the group, then matrix
-		for q := range sums {
-			for m := range ws {
-				sums[q] = append(sums[q], b.Acc(fmt.Sprintf("sum%d_%d", q, m), k.OpAdd, k.F(0)))
+		sums := make([][][]*k.Var, acts) // by activation row, row of the group, then matrix
+		for a := range sums {
+			sums[a] = make([][]*k.Var, rows)
+			for q := range sums[a] {
+				for m := range ws {
+					name := fmt.Sprintf("sum%d_%d", q, m)
+					if a > 0 {
+						name = fmt.Sprintf("sum%d_%d_%d", a, q, m)
+					}
+					sums[a][q] = append(sums[a][q], b.Acc(name, k.OpAdd, k.F(0)))
+				}
 			}
 		}
 		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
 			i := b.Let("i", u.Div(c.units))
-			xb := b.View("xb", xq, i.Mul(c.qk), c.qk)
 			s := b.Let("s", u.Rem(c.units))
-			xs := xd.At(i)
-			if c.scales > 1 && c.scaled == nil {
-				xs = xd.At(i.Mul(c.scales).Add(s.Div(c.units / c.scales)))
-			}
-			for q := range sums {
-				r := g.Mul(rows).Add(q)
-				for m, w := range ws {
-					wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
-					if c.scaled != nil {
-						per := c.scales / c.units
-						b.Fold(sums[q][m], c.scaled(b, wb, xb, s, func(j int) k.Expr { return xd.At(i.Mul(c.scales).Add(s.Mul(per)).Add(j)) }))
-						continue
+			for a := range sums {
+				ia := i // the unit's block in activation row a
+				if a > 0 {
+					ia = b.Let("ia", nb.Mul(a).Add(i))
+				}
+				xb := b.View("xb", xq, ia.Mul(c.qk), c.qk)
+				xs := xd.At(ia)
+				if c.scales > 1 && c.scaled == nil {
+					xs = xd.At(ia.Mul(c.scales).Add(s.Div(c.units / c.scales)))
+				}
+				for q := range sums[a] {
+					r := g.Mul(rows).Add(q)
+					for m, w := range ws {
+						wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+						if c.scaled != nil {
+							per := c.scales / c.units
+							b.Fold(sums[a][q][m], c.scaled(b, wb, xb, s, func(j int) k.Expr { return xd.At(ia.Mul(c.scales).Add(s.Mul(per)).Add(j)) }))
+							continue
+						}
+						b.Fold(sums[a][q][m], xs.Mul(c.unit(b, wb, xb, s)))
 					}
-					b.Fold(sums[q][m], xs.Mul(c.unit(b, wb, xb, s)))
 				}
 			}
 		})
 		if st == ropeKVForm {
 			for q := 0; q < rows; q += 2 {
-				rk.pair(b, y, g.Mul(rows).Add(q), sums[q][0].Get(), sums[q+1][0].Get())
+				rk.pair(b, y, g.Mul(rows).Add(q), sums[0][q][0].Get(), sums[0][q+1][0].Get())
 			}
 			return
 		}
-		for q, sum := range sums {
-			r := g.Mul(rows).Add(q)
-			if st == swigluStore {
-				b.Store(y, r, silu(b, sum[0].Get()).Mul(sum[1].Get()))
-				continue
+		for a := range sums {
+			for q, sum := range sums[a] {
+				r := at(a, g.Mul(rows).Add(q))
+				if st == swigluStore {
+					b.Store(y, r, silu(b, sum[0].Get()).Mul(sum[1].Get()))
+					continue
+				}
+				st.store(b, y, res, r, sum[0].Get())
 			}
-			st.store(b, y, res, r, sum[0].Get())
 		}
 	})
 	b.Schedule("u", k.LoopSchedule{Threads: sh.Threads, Unroll: sh.Unroll})

@@ -134,6 +134,38 @@ func TestRMSNormQuantize(t *testing.T) {
 	}
 }
 
+// RMSNormQuantize over several rows (a verify step's) quantizes each as it
+// quantizes that row alone.
+func TestRMSNormQuantizeRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	const n, rows = 512, 3
+	w := opstest.Floats(n, 1, r)
+	x := opstest.Floats(rows*n, 3, r)
+	for _, qk := range []int{256, 32} {
+		kern := ops.RMSNormQuantize(qk)
+		xq, xd := make([]byte, rows*n), make([]float32, rows*n/qk)
+		if err := k.Run(kern, x, w, xq, xd, float32(1e-5)); err != nil {
+			t.Fatal(err)
+		}
+		for row := range rows {
+			q, d := make([]byte, n), make([]float32, n/qk)
+			if err := k.Run(kern, x[row*n:(row+1)*n], w, q, d, float32(1e-5)); err != nil {
+				t.Fatal(err)
+			}
+			for j := range q {
+				if xq[row*n+j] != q[j] {
+					t.Fatalf("%s row %d quant %d: %d, alone %d", kern.Name, row, j, int8(xq[row*n+j]), int8(q[j]))
+				}
+			}
+			for b := range d {
+				if math.Float32bits(xd[row*n/qk+b]) != math.Float32bits(d[b]) {
+					t.Fatalf("%s row %d scale %d: %v, alone %v", kern.Name, row, b, xd[row*n/qk+b], d[b])
+				}
+			}
+		}
+	}
+}
+
 // gateUp is two random matrices of out rows of n values of typ, rows
 // drawn in turn (a gate's and an up projection's).
 func gateUp(typ quant.Type, n, out int, r *rand.Rand) (wg, wu []byte) {
@@ -360,6 +392,58 @@ func TestMatVecDotQ4_KQ8_0(t *testing.T) {
 		for o := range out {
 			if math.Float32bits(got[o]) != math.Float32bits(one[o]) {
 				t.Errorf("shape %v row %d: %v, one row a group %v", sh, o, got[o], one[o])
+			}
+		}
+	}
+}
+
+// A mat-vec of several activation rows (DotShape.Acts) gives each row the
+// one-row mat-vec's bits in the same shape, in every store form.
+func TestMatVecDotActs(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	const n, out = 512, 8
+	for _, name := range []string{"Q4_K", "Q6_K", "Q8_0"} {
+		typ := opstest.Type(name)
+		wg, wu := gateUp(typ, n, out, r)
+		for _, sh := range []ops.DotShape{{Rows: 2, Unroll: 2, Acts: 3}, {Rows: 2, Threads: 128, Acts: 4}, {Acts: 2}} {
+			acts := sh.Acts
+			x := opstest.Floats(acts*n, 2, r)
+			res := opstest.Floats(acts*out, 1, r)
+			var xq []byte
+			var xd []float32
+			for a := range acts { // each row quantized on its own
+				q, d := partner(t, name, x[a*n:(a+1)*n])
+				xq, xd = append(xq, q...), append(xd, d...)
+			}
+			for _, form := range []string{"", "Add", "SiLU", "Mul", "SwiGLU"} {
+				args := func(xq []byte, xd, res, y []float32) []any {
+					switch form {
+					case "Add", "Mul":
+						return []any{wg, xq, xd, res, y}
+					case "SwiGLU":
+						return []any{wg, wu, xq, xd, y}
+					}
+					return []any{wg, xq, xd, y}
+				}
+				kern := ops.DotMatVec(form, name, sh)
+				got := make([]float32, acts*out)
+				if err := k.Run(kern, args(xq, xd, res, got)...); err != nil {
+					t.Fatal(err)
+				}
+				one := sh
+				one.Acts = 0
+				for a := range acts {
+					nd := len(xd) / acts
+					want := make([]float32, out)
+					if err := k.Run(ops.DotMatVec(form, name, one), args(xq[a*n:(a+1)*n], xd[a*nd:(a+1)*nd], res[a*out:(a+1)*out], want)...); err != nil {
+						t.Fatal(err)
+					}
+					for o := range out {
+						if g := got[a*out+o]; math.Float32bits(g) != math.Float32bits(want[o]) {
+							t.Errorf("%s activation row %d, row %d: %v, one row's mat-vec %v", kern.Name, a, o, g, want[o])
+						}
+					}
+				}
 			}
 		}
 	}
