@@ -366,6 +366,11 @@ func (p *pool) start() error {
 		if sess == nil {
 			sess, err = p.m.NewSessionOn("cuda", p.opt)
 		}
+		if err == nil && p.lookup > 0 { // drafts checked in a verify step (docs/gpu.md)
+			if err = sess.Speculate(generate.LookupDrafter{MinN: 1, MaxN: p.lookup}, p.draftMax); err != nil {
+				sess.Close()
+			}
+		}
 		if err != nil {
 			for _, s := range p.own {
 				s.Close()

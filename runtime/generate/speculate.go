@@ -45,8 +45,8 @@ type speculation struct {
 
 // Speculate makes the session's generations speculative, with d drafting
 // up to k tokens a step; nil d turns it off. The session's runner must
-// return every row of a step (the CPU runner and engine sessions do; the
-// CUDA and split runners do not yet).
+// return every row of a step (the CPU and CUDA runners and engine sessions
+// do; split runners do not yet).
 func (s *Session) Speculate(d Drafter, k int) error {
 	if d == nil {
 		s.spec = nil

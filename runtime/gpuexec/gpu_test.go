@@ -65,6 +65,30 @@ func TestGPUMatchesCPU(t *testing.T) {
 	}
 }
 
+// ForwardRows on the device (verify steps: every row's logits, the integer
+// mat-vecs over all rows at once) returns the CPU's logits for every row;
+// a prompt longer than a verify step still runs in a prefill step and the
+// decode after it agrees with the CPU.
+func TestGPUForwardRows(t *testing.T) {
+	needGPU(t)
+	long := append(append([]int32(nil), prompt...), prompt...) // 14 tokens: more than a verify step
+	for _, name := range models {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name)
+			cpu, err := exec.NewRunner(m, exec.Options{Context: 128, MaxBatch: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			g := gpuRunner(t, m, exec.Options{Context: 128})
+			agreeRows(t, cpu, g, tolerance(name))
+			cpu.Truncate(0)
+			g.Truncate(0)
+			agreeFrom(t, cpu, g, long, 8, tolerance(name))
+		})
+	}
+}
+
 // The GPU runs the interpreter's arithmetic: the plan interpreted on the
 // host and run on the device give the same logits up to the last bits of
 // the transcendental functions (docs/ptx.md: exp, sin, cos within an ulp):

@@ -112,8 +112,9 @@ type plan struct {
 	launches []launch // a one-row step
 	long     []launch // a one-row step at positions from longFrom (nil: launches at every position)
 	longFrom int
-	prefill  []launch // a rows-row step
-	setup    []launch // run once after the uploads (the resident f16 weights' decode)
+	prefill  []launch     // a rows-row step
+	verify   []verifyStep // steps returning every row's logits, by rows (none: no verify steps)
+	setup    []launch     // run once after the uploads (the resident f16 weights' decode)
 	dst      *[]launch
 	step     int  // the I32 allocation [last real row, position, tokens…]
 	logits   view // the last node's output, one-row step
@@ -121,6 +122,7 @@ type plan struct {
 	vocab    int
 	context  int
 	rows     int // prefill rows (1: no prefill plan)
+	vrows    int // the largest verify step's rows (0: none)
 	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionBlock's last block
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 
@@ -186,6 +188,27 @@ var (
 	stepAll  = func(p *plan) view { return view{p.step, 0, 2} }
 	stepToks = func(p *plan, rows int) view { return view{p.step, 2, rows} }
 )
+
+// verifyRows are the rows of the verify steps (plan.verify): up to the
+// token chosen and the 8 that speculative decoding drafts by default
+// (-draft-max). A step computes all its rows (its integer mat-vecs are
+// bound by their arithmetic, not the weights' bytes: on an H100 the 8B's
+// 9-row step took 9.4 ms with 2 real rows, the one-row step 2.6), so
+// fewer tokens take a smaller step.
+var verifyRows = []int{2, 4, 1 + 8}
+
+// verifyStep is a step of rows rows that returns every row's logits.
+type verifyStep struct {
+	rows     int
+	launches []launch
+	logits   view
+}
+
+// verifyFor is the index of the smallest verify step that holds n rows,
+// or -1.
+func (p *plan) verifyFor(n int) int {
+	return slices.IndexFunc(p.verify, func(v verifyStep) bool { return v.rows >= n })
+}
 
 // PrefillRows is the rows of a prefill step for a context: prompts run in
 // chunks of that many. 512 rows give MatMulTile twice the warps of 256 and
@@ -428,11 +451,18 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	}
 	// dotMatVec is the cache name and constructor of the integer decode
 	// mat-vec of store form form (ops.DotMatVec's) for a matrix of weight
-	// type t, rows rows and cols columns, in the plan's shape for it
+	// type t, rows rows and cols columns, in the plan's shape for it; with
+	// acts activation rows (a verify step) in the rule's shape over them
 	actQ8_0 := false        // the mat-vec being lowered reads a Q8_0 activation (q8Act)
 	q8Act := map[int]bool{} // mat-vecs whose activation a producer left in Q8_0 (Q4_KQ8_0)
-	dotMatVec := func(form string, t quant.Type, rows, cols int) (string, func() *kernel.Kernel) {
-		sh := p.dotShape(dotKey{form, t, rows, cols})
+	dotMatVec := func(form string, t quant.Type, rows, cols, acts int) (string, func() *kernel.Kernel) {
+		var sh ops.DotShape
+		if acts > 1 {
+			sh = dotShape(form, t, rows)
+			sh.Prefetch, sh.Acts = false, acts // launched plainly: nothing to prefetch ahead of
+		} else {
+			sh = p.dotShape(dotKey{form, t, rows, cols})
+		}
 		l := deviceLayout(t, cols)
 		if actQ8_0 {
 			l = "Q4_KQ8_0"
@@ -484,7 +514,10 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return kvs[n.Layer][0], kvs[n.Layer][1]
 	}
 
-	lower := func(rows int, dst *[]launch) (view, error) {
+	// lower plans a step of rows rows into dst: a one-row step, a prefill
+	// step (the last real row's logits) or, with all, a verify step (every
+	// row's logits; integer mat-vecs of all its rows at once)
+	lower := func(rows int, dst *[]launch, all bool) (view, error) {
 		p.dst = dst
 		// activation slots by liveness, as runtime/exec plans them, but for
 		// the RoPEs done in their attention's launch (ropeKVs): their inputs
@@ -537,6 +570,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		var normQuant *rounding // set by a fused RMSNormQuantize* for the node loop's end
 		seen := map[int]bool{}  // blocks with an attention
 		epilogues := matVecEpilogues(g, rows)
+		if all { // a verify step's integer mat-vecs store as the one-row step's
+			epilogues = matVecEpilogues(g, 1)
+		}
 		swiglus := swiGLUs(g, epilogues)
 		fused := map[int]bool{} // nodes done by the mat-vec before them
 		for i, n := range g.Nodes {
@@ -544,7 +580,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			switch n.Op {
 			case dsl.OpTokens:
 			case dsl.OpRows: // filled by StageStep
-				if rows > 1 {
+				if rows > 1 && !all {
 					p.pinput = out[i]
 				} else {
 					p.input = out[i]
@@ -573,7 +609,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				w := &m.Weights[n.Weight]
 				wv := weight(n.Weight)
 				x, y, xr := in(0), out[i], rows
-				if rows > 1 && i == id && !p.hidden {
+				if rows > 1 && i == id && !p.hidden && !all {
 					// only the last real row's logits: that row alone
 					cols := x.n / rows
 					lr := p.add(alloc{name: "last row", kind: kernel.F32, n: cols})
@@ -595,9 +631,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					if !ok {
 						return view{}, fmt.Errorf("node %d (matmul): no GPU kernel multiplies %s (%s)", i, w.Type, w.GGUF)
 					}
-					if integerDot(w.Type) && xr == 1 {
+					if integerDot(w.Type) && (xr == 1 || all) {
 						qname, qmk, qk := dotQuantizer(w.Type)
-						if actQ8_0 = q8Act[i]; actQ8_0 {
+						if actQ8_0 = q8Act[i] && xr == 1; actQ8_0 {
 							qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
 						}
 						// a decode mat-vec in integers: the activation's
@@ -610,13 +646,16 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						}
 						last.rk, last.x = quantize, x
 						dotIn = []any{xq, xd}
-						k = cached(dotMatVec("", w.Type, n.Cols, cols))
+						k = cached(dotMatVec("", w.Type, n.Cols, cols, xr)) // xr > 1: every row's products, each weight read once
+						if xr > 1 {
+							break
+						}
 						if st, ok := stackOf[i]; ok {
 							// the stack's rows in one launch, from its first
 							lw, ly := weights[g.Nodes[st[len(st)-1]].Weight], out[st[len(st)-1]]
 							wv = view{wv.a, wv.off, lw.off + lw.n - wv.off}
 							y = view{y.a, y.off, ly.off + ly.n - y.off}
-							k = cached(dotMatVec("", w.Type, y.n, cols))
+							k = cached(dotMatVec("", w.Type, y.n, cols, 1))
 							for _, j := range st[1:] {
 								fused[j] = true
 							}
@@ -735,7 +774,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				dotForm := map[dsl.Op]string{dsl.OpAdd: "Add", dsl.OpSiLU: "SiLU", dsl.OpMul: "Mul"}[next.op]
 				switch {
 				case dotIn != nil && dotForm != "":
-					ename, ek = dotMatVec(dotForm, w.Type, n.Cols, cols)
+					ename, ek = dotMatVec(dotForm, w.Type, n.Cols, cols, xr)
 				case next.op == dsl.OpAdd:
 					ek, ename = ops.WarpMatVecsAdd()[w.Type.String()], "MatVecWarpAdd"+w.Type.String()
 				case next.op == dsl.OpSiLU:
@@ -753,10 +792,10 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					// gate and up projections in one launch: the gate's SiLU
 					// never stored, the Mul after them done as it stores
 					mul := epilogues[up].node
-					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols, cols)
+					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols, cols, xr)
 					p.call(i, cached(name, mk), append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
 					fused[next.node], fused[up], fused[mul] = true, true, true
-				case xr == 1 && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
+				case (xr == 1 || dotIn != nil) && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
 					// weights, the scratch (or quants) and (an Add, a Mul)
 					// the other operand
@@ -766,7 +805,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					}
 					p.call(i, cached(ename, ek), append(args, out[next.node])...)
 					fused[next.node] = true
-				case xr == 1:
+				case xr == 1 || dotIn != nil:
 					p.call(i, k, append(append([]any{wv}, xin...), y)...)
 				case mm != nil:
 					p.call(i, mm, wv, x, y, cols)
@@ -807,10 +846,10 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				if err != nil {
 					return view{}, err
 				}
-				if qn, qmk, qk := quantizedBy(i); rows == 1 && !perRow && qn != "" && n.Cols%qk == 0 {
+				if qn, qmk, qk := quantizedBy(i); (rows == 1 || all) && n.Group() == n.Cols && qn != "" && n.Cols%qk == 0 {
 					// every reader is an integer decode mat-vec: normalize
-					// and quantize in one launch, the f32 row never stored
-					xq, xd := actQuants(n.Cols, qk)
+					// and quantize in one launch, the f32 rows never stored
+					xq, xd := actQuants(rows*n.Cols, qk)
 					p.call(i, cached("RMSNorm"+qn, func() *kernel.Kernel { return ops.RMSNormQuantize(qk) }), in(0), whole(wv, p), xq, xd, n.F)
 					normQuant = &rounding{cached(qn, qmk), out[i]}
 					break
@@ -1007,7 +1046,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				normQuant = nil
 			}
 		}
-		if p.hidden { // every row goes on to the next stage
+		if p.hidden || all { // every row goes on to the next stage, or is returned
 			return out[id], nil
 		}
 		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
@@ -1017,7 +1056,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_SPLIT_FROM")); err == nil && v > 0 {
 		splitFrom = v // for comparisons on a device
 	}
-	if p.logits, err = lower(1, &p.launches); err != nil {
+	if p.logits, err = lower(1, &p.launches, false); err != nil {
 		return nil, err
 	}
 	if len(alts) > 0 {
@@ -1031,8 +1070,21 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		p.longFrom = splitFrom
 	}
 	if rows > 1 {
-		if p.plogits, err = lower(rows, &p.prefill); err != nil {
+		if p.plogits, err = lower(rows, &p.prefill, false); err != nil {
 			return nil, err
+		}
+		if !p.hidden && !slices.ContainsFunc(g.Nodes, func(n dsl.Node) bool { return n.Op == dsl.OpRows }) {
+			// whole graphs only: a stage's rows come from the stage before
+			for _, n := range verifyRows {
+				if n = min(n, rows); n <= p.vrows {
+					continue
+				}
+				v := verifyStep{rows: n}
+				if v.logits, err = lower(n, &v.launches, true); err != nil {
+					return nil, err
+				}
+				p.verify, p.vrows = append(p.verify, v), n
+			}
 		}
 	}
 	return p, nil
@@ -1051,6 +1103,9 @@ func (p *plan) kernelList() []*kernel.Kernel {
 	seen := map[*kernel.Kernel]bool{}
 	var ks []*kernel.Kernel
 	all := append(append(append(p.setup[:len(p.setup):len(p.setup)], p.launches...), p.long...), p.prefill...)
+	for _, v := range p.verify {
+		all = append(all, v.launches...)
+	}
 	for _, l := range all {
 		if !seen[l.k] {
 			seen[l.k] = true

@@ -145,10 +145,19 @@ func (h *hostExec) slice(v view) any {
 	panic("unreachable")
 }
 
-// Forward steps as the Runner does without LogitsAll: a prompt in prefill
-// chunks (the last padded with token 0), single tokens one-row steps.
+// Forward steps as the Runner does without LogitsAll: a few tokens (up to
+// vrows) in a verify step, a longer prompt in prefill chunks (the last
+// padded with token 0), single tokens one-row steps.
 func (h *hostExec) Forward(tokens []int32) ([]float32, error) {
 	st := h.mem[h.p.step].([]int32)
+	if n := len(tokens); n > 1 && n <= h.p.vrows {
+		rows, err := h.ForwardRows(tokens)
+		if err != nil {
+			return nil, err
+		}
+		h.last = append(h.last[:0], rows[(n-1)*h.p.vocab:]...)
+		return h.last, nil
+	}
 	if h.p.rows > 1 && len(tokens) > 1 {
 		for len(tokens) > 0 {
 			n := min(len(tokens), h.p.rows)
@@ -172,6 +181,32 @@ func (h *hostExec) Forward(tokens []int32) ([]float32, error) {
 		h.pos++
 	}
 	h.last = append(h.last[:0], h.slice(h.p.logits).([]float32)...)
+	return h.last, nil
+}
+
+// ForwardRows runs tokens as the Runner's ForwardRows does: the smallest
+// verify step that holds up to vrows of them (its rows past them padded
+// with token 0), a single token a one-row step; every row's logits.
+func (h *hostExec) ForwardRows(tokens []int32) ([]float32, error) {
+	st := h.mem[h.p.step].([]int32)
+	h.last = h.last[:0]
+	for len(tokens) > 0 {
+		n := min(len(tokens), h.p.vrows)
+		clear(st)
+		st[0], st[1] = int32(n-1), int32(h.pos)
+		copy(st[2:], tokens[:n])
+		ls, lv := h.p.decodeAt(h.pos), h.p.logits
+		if n > 1 {
+			v := h.p.verify[h.p.verifyFor(n)]
+			ls, lv = v.launches, v.logits
+		}
+		if err := h.run(ls); err != nil {
+			return nil, err
+		}
+		h.last = append(h.last, h.slice(lv).([]float32)[:n*h.p.vocab]...)
+		h.pos += n
+		tokens = tokens[n:]
+	}
 	return h.last, nil
 }
 
@@ -250,11 +285,17 @@ func nearTie(logitTol float64) float64 { return logitTol / 4 }
 // whose picks differ where the CPU's logits do not make them a near tie.
 func agree(t *testing.T, cpu, other forwarder, n int, logitTol float64) {
 	t.Helper()
-	a, err := cpu.Forward(prompt)
+	agreeFrom(t, cpu, other, prompt, n, logitTol)
+}
+
+// agreeFrom is agree from prompt toks.
+func agreeFrom(t *testing.T, cpu, other forwarder, toks []int32, n int, logitTol float64) {
+	t.Helper()
+	a, err := cpu.Forward(toks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := other.Forward(prompt)
+	b, err := other.Forward(toks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -811,4 +852,92 @@ func TestAttentionQ8_0ForQ4_K(t *testing.T) {
 	}
 	defer cpu.Close()
 	agree(t, cpu, newHostExec(p), 4, tolerance(name))
+}
+
+// rowsForwarder is a runner that returns every row's logits of a step.
+type rowsForwarder interface {
+	forwarder
+	ForwardRows([]int32) ([]float32, error)
+}
+
+// agreeRows feeds both the prompt, then runs of 1 to the largest verify
+// step's rows and 2 more (every step's size, padded and full, and a full
+// step then a padded one) as ForwardRows steps: every row's logits within
+// logitTol of the CPU's.
+func agreeRows(t *testing.T, cpu, other rowsForwarder, logitTol float64) {
+	t.Helper()
+	if _, err := cpu.Forward(prompt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Forward(prompt); err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	tok := int32(1)
+	most := verifyRows[len(verifyRows)-1]
+	for _, n := range []int{1, 2, 3, 4, most, most + 2} {
+		toks := make([]int32, n)
+		for i := range toks {
+			toks[i] = tok
+			tok = tok*7 + 3
+			tok %= 200
+		}
+		a, err := cpu.ForwardRows(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = append([]float32(nil), a...)
+		b, err := other.ForwardRows(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a) != len(b) {
+			t.Fatalf("%d rows: %d logits, the CPU's %d", n, len(b), len(a))
+		}
+		v := len(a) / n
+		for r := range n {
+			d := maxDiff(a[r*v:(r+1)*v], b[r*v:(r+1)*v])
+			worst = max(worst, d)
+			if d > logitTol {
+				t.Fatalf("%d rows, row %d: logits differ by %.3g (> %g)", n, r, d, logitTol)
+			}
+		}
+	}
+	t.Logf("largest logit difference %.3g", worst)
+}
+
+// The verify step (every row's logits; the integer mat-vecs over all its
+// rows at once, DotShape.Acts), interpreted, returns the CPU's logits for
+// every row: what speculative decoding checks its drafts against.
+func TestVerifyPlanMatchesCPU(t *testing.T) {
+	for _, name := range models {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name)
+			cpu, err := exec.NewRunner(m, exec.Options{Context: 64, MaxBatch: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			p, err := newPlan(m, 64, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.verify) != len(verifyRows) {
+				t.Fatalf("%d verify steps, want %d", len(p.verify), len(verifyRows))
+			}
+			for i, v := range p.verify {
+				acts := 0
+				for _, l := range v.launches {
+					if strings.HasSuffix(l.k.Name, fmt.Sprintf("a%d", v.rows)) {
+						acts++
+					}
+				}
+				if v.rows != verifyRows[i] {
+					t.Errorf("verify step %d: %d rows, want %d", i, v.rows, verifyRows[i])
+				}
+				t.Logf("%d rows: %d launches, %d integer mat-vecs over them all", v.rows, len(v.launches), acts)
+			}
+			agreeRows(t, cpu, newHostExec(p), tolerance(name))
+		})
+	}
 }

@@ -231,6 +231,21 @@ func profileModel(t *testing.T) *exec.Model {
 	return m
 }
 
+// promptedRunner is a runner of profileModel after a 64-token prompt, and
+// the prompt.
+func promptedRunner(t *testing.T) (*Runner, []int32) {
+	t.Helper()
+	r := gpuRunner(t, profileModel(t), exec.Options{Context: 1024})
+	toks := make([]int32, 64)
+	for i := range toks {
+		toks[i] = int32(1 + i%7)
+	}
+	if _, err := r.Forward(toks); err != nil {
+		t.Fatal(err)
+	}
+	return r, toks
+}
+
 // TestGPUStepWithout measures what each kind of kernel costs inside the
 // decode step's graph, where launches overlap and weights come cold from
 // memory: the step captured whole, then without every launch of one
@@ -239,15 +254,7 @@ func profileModel(t *testing.T) *exec.Model {
 // between). On GPUEXEC_PROFILE_MODEL, after a 64-token prompt.
 func TestGPUStepWithout(t *testing.T) {
 	needGPU(t)
-	m := profileModel(t)
-	r := gpuRunner(t, m, exec.Options{Context: 1024})
-	toks := make([]int32, 64)
-	for i := range toks {
-		toks[i] = int32(1 + i%7)
-	}
-	if _, err := r.Forward(toks); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := promptedRunner(t)
 	replay := func(keep func(name string) bool) (float64, int) {
 		var cs []call
 		for i := range r.calls {
@@ -280,4 +287,40 @@ func TestGPUStepWithout(t *testing.T) {
 	isMatVec := func(k string) bool { return len(k) > 6 && k[:6] == "MatVec" }
 	mv, n := replay(isMatVec)
 	t.Logf("the mat-vecs alone: %d launches, %.1f µs (%.1f%% of the step)", n, mv, 100*mv/whole)
+}
+
+// TestGPUVerifyStep times what speculative decoding and short prompts pay
+// on GPUEXEC_PROFILE_MODEL after a 64-token prompt: a one-row step, a
+// verify step of 2 to 9 rows (ForwardRows: every row's logits,
+// the weights read once) and, for the same few tokens, the prefill step
+// that ran them before (a short prompt's Forward now takes the verify step).
+func TestGPUVerifyStep(t *testing.T) {
+	needGPU(t)
+	g, toks := promptedRunner(t)
+	base := g.Pos()
+	const reps = 30
+	timeIt := func(f func() error) float64 {
+		for range 3 {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+			g.Truncate(base)
+		}
+		start := time.Now()
+		for range reps {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+			g.Truncate(base)
+		}
+		return float64(time.Since(start).Microseconds()) / reps
+	}
+	one := timeIt(func() error { _, err := g.Forward(toks[:1]); return err })
+	t.Logf("one-row step: %.0f µs", one)
+	for _, n := range []int{2, 3, 4, 9} {
+		us := timeIt(func() error { _, err := g.ForwardRows(toks[:n]); return err })
+		t.Logf("verify step of %d rows: %.0f µs (%.2f one-row steps; %.0f µs a row)", n, us, us/one, us/float64(n))
+	}
+	pre := timeIt(func() error { return g.prefillStep(toks[:4], g.logits[:g.p.vocab], true) })
+	t.Logf("prefill step of %d rows with 4 real: %.0f µs", g.p.rows, pre)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/runtime/cuda"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/sample"
 	"github.com/jitllm/jitllm/runtime/tune"
 )
 
@@ -26,19 +27,22 @@ type Runner struct {
 	s       *cuda.Stream
 	sh      *shared // the module and constant allocations, with the runners that Share them
 	bufs    []cuda.Buffer
-	calls   []call // a one-row step
-	lcalls  []call // a one-row step from position p.longFrom (plan.long), nil where there is none
-	pcalls  []call // a prefill step
+	calls   []call   // a one-row step
+	lcalls  []call   // a one-row step from position p.longFrom (plan.long), nil where there is none
+	pcalls  []call   // a prefill step
+	vcalls  [][]call // the verify steps (plan.verify)
 	graph   *cuda.Graph
-	lgraph  *cuda.Graph // lcalls captured
-	noGraph bool        // plain launches (SetGraphs(false), or capture failed)
-	capErr  error       // why capture failed, if it did
+	lgraph  *cuda.Graph   // lcalls captured
+	vgraphs []*cuda.Graph // vcalls captured
+	noGraph bool          // plain launches (SetGraphs(false), or capture failed)
+	capErr  error         // why capture failed, if it did
 
 	pos      int
 	stepHost []byte // the step bytes, in pinned
 	pinned   []*cuda.HostBuffer
-	hostLog  []float32 // one row's logits, page-locked: the download's target
+	hostLog  []float32 // a verify step's logits (else one row's), page-locked: the download's target
 	logits   []float32 // the last row's logits (all rows' with LogitsAll)
+	rowLog   []float32 // ForwardRows' logits
 	stage    *stageIO  // a stage's page-locked rows in and out (stage.go)
 
 	// ForwardGreedy: the argmax of the one-row and the prefill step's
@@ -67,8 +71,9 @@ const threadsPerBlock = 128
 // weights the kernels read are uploaded once in their stored layout and the
 // KV caches allocated for opt.Context positions (0: the model's trained
 // context, capped at 4096). opt.Threads and opt.MaxBatch do not apply: a
-// prompt runs in steps of prefillRows(context) rows (one token a step with
-// opt.LogitsAll), decoding one token a step. With opt.Tune the decode
+// prompt runs in steps of prefillRows(context) rows, 2 to 9 tokens in a
+// verify step (one token a step with opt.LogitsAll), decoding one token a
+// step. With opt.Tune the decode
 // mat-vecs take the shapes measured on this device (tune.go; cached in
 // opt.TuneDir). Without a driver the error wraps cuda.ErrNoDriver.
 func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
@@ -350,6 +355,12 @@ func (r *Runner) bindOwn(setup bool) error {
 	if r.pcalls, err = r.bindCalls(p.prefill, tg, fns, false); err != nil {
 		return err
 	}
+	r.vcalls, r.vgraphs = make([][]call, len(p.verify)), make([]*cuda.Graph, len(p.verify))
+	for i, v := range p.verify {
+		if r.vcalls[i], err = r.bindCalls(v.launches, tg, fns, false); err != nil {
+			return err
+		}
+	}
 	if r.s, err = r.c.NewStream(); err != nil {
 		return err
 	}
@@ -366,14 +377,14 @@ func (r *Runner) bindOwn(setup bool) error {
 	}
 	r.pinned = append(r.pinned, sh)
 	r.stepHost = sh.Bytes()
-	lh, err := r.c.AllocHost(uint64(4 * p.vocab))
+	lh, err := r.c.AllocHost(uint64(4 * p.vocab * max(1, p.vrows)))
 	if err != nil {
 		return err
 	}
 	r.pinned = append(r.pinned, lh)
-	r.hostLog = unsafe.Slice((*float32)(unsafe.Pointer(&lh.Bytes()[0])), p.vocab)
+	r.hostLog = unsafe.Slice((*float32)(unsafe.Pointer(&lh.Bytes()[0])), p.vocab*max(1, p.vrows))
 	if rows == 1 {
-		r.logits = r.hostLog // no copy: Forward returns the pinned row
+		r.logits = r.hostLog[:p.vocab] // no copy: Forward returns the pinned row
 	} else {
 		r.logits = make([]float32, rows*p.vocab)
 	}
@@ -511,7 +522,7 @@ func allowShared(fn *cuda.Function, n int) error {
 // Close frees the runner's device memory, graphs and stream, and the
 // weights and module where no runner that shares them is left.
 func (r *Runner) Close() {
-	for _, g := range []*cuda.Graph{r.graph, r.lgraph} {
+	for _, g := range append([]*cuda.Graph{r.graph, r.lgraph}, r.vgraphs...) {
 		if g != nil {
 			g.Destroy()
 		}
@@ -564,6 +575,12 @@ func (r *Runner) SetGraphs(on bool) {
 			*g = nil
 		}
 	}
+	for i, g := range r.vgraphs {
+		if !on && g != nil {
+			g.Destroy()
+			r.vgraphs[i] = nil
+		}
+	}
 }
 
 // Graphs reports whether steps replay a captured graph, and why not when a
@@ -574,18 +591,25 @@ func (r *Runner) Graphs() (bool, error) { return !r.noGraph && r.graph != nil, r
 // last one (of every token with LogitsAll). The slice is the runner's own
 // and changes on the next call.
 func (r *Runner) Forward(tokens []int32) ([]float32, error) {
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("forward: no tokens")
-	}
-	if r.pos+len(tokens) > r.opt.Context {
-		return nil, fmt.Errorf("%d tokens at position %d exceed the context of %d positions", len(tokens), r.pos, r.opt.Context)
-	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= r.p.embRows {
-			return nil, fmt.Errorf("token id %d is outside the vocabulary of %d", t, r.p.embRows)
-		}
+	if err := r.checkTokens(tokens); err != nil {
+		return nil, err
 	}
 	v := r.p.vocab
+	if !r.opt.LogitsAll && len(tokens) > 1 && len(tokens) <= r.p.vrows {
+		// a few tokens (a chat's next turn): one verify step reads the
+		// weights once where a prefill step runs all its rows
+		n := len(tokens)
+		if err := r.verifyStep(tokens, r.hostLog[:n*v]); err != nil {
+			return nil, err
+		}
+		r.pos += n
+		last := r.hostLog[(n-1)*v : n*v]
+		if r.greedy {
+			r.hostTok[0] = sample.Argmax(last)
+		}
+		copy(r.logits[:v], last)
+		return r.logits[:v], nil
+	}
 	if !r.opt.LogitsAll && r.p.rows > 1 && len(tokens) > 1 {
 		// chunks of up to rows rows a step, the last padded
 		for len(tokens) > 0 {
@@ -613,6 +637,91 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 		return r.logits[:len(tokens)*v], nil
 	}
 	return r.logits[:v], nil
+}
+
+// checkTokens refuses tokens that Forward and ForwardRows cannot run at
+// the runner's position.
+func (r *Runner) checkTokens(tokens []int32) error {
+	if len(tokens) == 0 {
+		return fmt.Errorf("forward: no tokens")
+	}
+	if r.pos+len(tokens) > r.opt.Context {
+		return fmt.Errorf("%d tokens at position %d exceed the context of %d positions", len(tokens), r.pos, r.opt.Context)
+	}
+	for _, t := range tokens {
+		if t < 0 || int(t) >= r.p.embRows {
+			return fmt.Errorf("token id %d is outside the vocabulary of %d", t, r.p.embRows)
+		}
+	}
+	return nil
+}
+
+// ForwardRows feeds tokens at the next positions and returns every row's
+// logits, row after row: what speculative decoding checks its drafted
+// tokens against (runtime/generate). A step of up to plan.vrows rows
+// (the token chosen and 8 drafted) reads the weights once for all of them;
+// more tokens take more steps, and a runner without a verify step
+// (LogitsAll, a context of one) runs them one-row step by step. The slice
+// is the runner's own and changes on the next call.
+func (r *Runner) ForwardRows(tokens []int32) ([]float32, error) {
+	if err := r.checkTokens(tokens); err != nil {
+		return nil, err
+	}
+	v := r.p.vocab
+	if need := len(tokens) * v; cap(r.rowLog) < need {
+		r.rowLog = make([]float32, need)
+	}
+	out := r.rowLog[:len(tokens)*v]
+	for off := 0; off < len(tokens); {
+		n := min(len(tokens)-off, max(r.p.vrows, 1))
+		var err error
+		if r.p.vrows == 0 || n == 1 {
+			err = r.step(tokens[off], out[off*v:(off+1)*v], true)
+		} else {
+			err = r.verifyStep(tokens[off:off+n], out[off*v:(off+n)*v])
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.pos += n
+		off += n
+	}
+	return out, nil
+}
+
+// verifyStep runs toks (2 to plan.vrows of them) at r.pos as the smallest
+// verify step that holds them, its rows past them padded with token 0
+// (cache rows past the sequence, as a prefill step's), replaying its
+// captured graph, and downloads the real rows' logits into out.
+func (r *Runner) verifyStep(toks []int32, out []float32) error {
+	i := r.p.verifyFor(len(toks))
+	if i < 0 {
+		return fmt.Errorf("no verify step of %d rows", len(toks))
+	}
+	vs := &r.p.verify[i]
+	h := r.stepHost
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(toks)-1))
+	binary.LittleEndian.PutUint32(h[4:], uint32(r.pos))
+	for j := 0; j < vs.rows; j++ {
+		t := int32(0)
+		if j < len(toks) {
+			t = toks[j]
+		}
+		binary.LittleEndian.PutUint32(h[8+4*j:], uint32(t))
+	}
+	if err := r.bufs[r.p.step].UploadAsync(h[:8+4*vs.rows], r.s); err != nil {
+		return err
+	}
+	if err := r.replay(r.vcalls[i], &r.vgraphs[i]); err != nil {
+		return err
+	}
+	// the logits come back even for ForwardGreedy (its argmax is of the
+	// one-row and prefill steps' logits): Forward takes the last row's
+	greedy := r.greedy
+	r.greedy = false
+	defer func() { r.greedy = greedy }()
+	v := vs.logits
+	return r.finish(view{v.a, v.off, len(toks) * r.p.vocab}, out, true)
 }
 
 // Greedy reports whether ForwardGreedy serves this runner: not with
@@ -719,6 +828,12 @@ func (r *Runner) enqueue() error {
 	if r.lcalls != nil && r.pos >= r.p.longFrom { // as plan.decodeAt
 		calls, graph = r.lcalls, &r.lgraph
 	}
+	return r.replay(calls, graph)
+}
+
+// replay puts calls on the stream as the graph captured of them, capturing
+// it on first use (plain launches without graphs).
+func (r *Runner) replay(calls []call, graph **cuda.Graph) error {
 	if !r.noGraph && *graph == nil {
 		g, err := r.s.Capture(func() error { return launchCalls(calls, r.s) })
 		if err != nil {
