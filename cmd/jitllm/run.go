@@ -58,7 +58,7 @@ func (f *genFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.devices, "devices", "cpu", "where to run: cpu, cuda:N, auto, or a list to split the model over (cpu,cuda:0; cuda:0,cuda:1)")
 	fl.BoolVar(&f.mmap, "mmap", false, "keep the weights in the file's memory mapping (as llama.cpp's default) instead of copying them into RAM when they fit")
 	f.tune = tune.Quick
-	fl.StringVar(&f.draft, "model-draft", "", "speculative decoding: a smaller model of the same vocabulary drafts tokens that one step of MODEL checks (CPU runner)")
+	fl.StringVar(&f.draft, "model-draft", "", "speculative decoding: a smaller model of the same vocabulary drafts tokens that one step of MODEL checks (on the devices of MODEL)")
 	fl.IntVar(&f.draftMax, "draft-max", 8, "speculative decoding: most tokens drafted a step")
 	fl.IntVar(&f.lookup, "lookup", 0, "speculative decoding without a draft model: guess that the sequence's last n tokens (n from this down to 1) go on as they did before (prompt lookup; 0 = off)")
 	fl.StringVar(&f.cacheType, "cache-type", exec.KVF16, cacheTypeHelp)
