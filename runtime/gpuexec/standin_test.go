@@ -26,9 +26,9 @@ func TestDecodeAllocsStandIn(t *testing.T) {
 }
 
 // decodeAllocs measures a warm decode step's Go heap allocations on the
-// device runtime/cuda has loaded: Forward with and without graphs, and
-// ForwardGreedy, each reported to check, and Forward past
-// decodeSplitFrom.
+// device runtime/cuda has loaded: Forward with and without graphs,
+// ForwardGreedy and ForwardRows of a speculative step, each reported to
+// check, and Forward past decodeSplitFrom.
 func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64)) {
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
 	// the decode attention of models of 16 heads and more (the block
@@ -54,6 +54,16 @@ func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64))
 				}
 			}))
 		}
+		// a speculative step: the chosen token and 3 drafts checked in a
+		// verify step, the cache cut back as if all were rejected
+		drafts := []int32{5, 6, 7, 8}
+		check(graphs, "ForwardRows (verify step)", testing.AllocsPerRun(50, func() {
+			pos := g.Pos()
+			if _, err := g.ForwardRows(drafts); err != nil {
+				t.Fatal(err)
+			}
+			g.Truncate(pos + 1)
+		}))
 		// past decodeSplitFrom: the long step's graph (or launches)
 		if g.lcalls == nil {
 			t.Fatalf("no long step in a context of 1024")
