@@ -125,12 +125,10 @@ func (p *pool) acquire(ctx context.Context) (*generate.Session, error) {
 		p.engine = e
 		for i := p.max - 1; i >= 0; i-- {
 			s := e.Session(p.m, i)
-			if p.lookup > 0 {
-				if err := s.Speculate(generate.LookupDrafter{MinN: 1, MaxN: p.lookup}, p.draftMax); err != nil {
-					p.mu.Unlock()
-					<-p.sem
-					return nil, err
-				}
+			if err := p.speculate(s); err != nil {
+				p.mu.Unlock()
+				<-p.sem
+				return nil, err
 			}
 			p.idle = append(p.idle, s)
 		}
@@ -142,6 +140,15 @@ func (p *pool) acquire(ctx context.Context) (*generate.Session, error) {
 	p.mu.Unlock()
 	p.met.inUse.WithLabelValues(p.id).Inc()
 	return s, nil
+}
+
+// speculate gives a slot the pool's drafter: prompt lookup of n-grams up to
+// p.lookup long, p.draftMax tokens a step (none without lookup).
+func (p *pool) speculate(s *generate.Session) error {
+	if p.lookup <= 0 {
+		return nil
+	}
+	return s.Speculate(generate.LookupDrafter{MinN: 1, MaxN: p.lookup}, p.draftMax)
 }
 
 func (p *pool) release(s *generate.Session) {

@@ -366,8 +366,8 @@ func (p *pool) start() error {
 		if sess == nil {
 			sess, err = p.m.NewSessionOn("cuda", p.opt)
 		}
-		if err == nil && p.lookup > 0 { // drafts checked in a verify step (docs/gpu.md)
-			if err = sess.Speculate(generate.LookupDrafter{MinN: 1, MaxN: p.lookup}, p.draftMax); err != nil {
+		if err == nil { // drafts checked in a verify step (docs/gpu.md)
+			if err = p.speculate(sess); err != nil {
 				sess.Close()
 			}
 		}

@@ -122,7 +122,6 @@ type plan struct {
 	vocab    int
 	context  int
 	rows     int // prefill rows (1: no prefill plan)
-	vrows    int // the largest verify step's rows (0: none)
 	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionBlock's last block
 	embRows  int // rows of the embedding matrix (the token ids accepted)
 
@@ -202,6 +201,14 @@ type verifyStep struct {
 	rows     int
 	launches []launch
 	logits   view
+}
+
+// vrows is the largest verify step's rows (0: none).
+func (p *plan) vrows() int {
+	if len(p.verify) == 0 {
+		return 0
+	}
+	return p.verify[len(p.verify)-1].rows
 }
 
 // verifyFor is the index of the smallest verify step that holds n rows,
@@ -580,7 +587,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			switch n.Op {
 			case dsl.OpTokens:
 			case dsl.OpRows: // filled by StageStep
-				if rows > 1 && !all {
+				if rows > 1 {
 					p.pinput = out[i]
 				} else {
 					p.input = out[i]
@@ -1076,14 +1083,14 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		if !p.hidden && !slices.ContainsFunc(g.Nodes, func(n dsl.Node) bool { return n.Op == dsl.OpRows }) {
 			// whole graphs only: a stage's rows come from the stage before
 			for _, n := range verifyRows {
-				if n = min(n, rows); n <= p.vrows {
+				if n = min(n, rows); n <= p.vrows() {
 					continue
 				}
 				v := verifyStep{rows: n}
 				if v.logits, err = lower(n, &v.launches, true); err != nil {
 					return nil, err
 				}
-				p.verify, p.vrows = append(p.verify, v), n
+				p.verify = append(p.verify, v)
 			}
 		}
 	}

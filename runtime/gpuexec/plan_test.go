@@ -150,7 +150,7 @@ func (h *hostExec) slice(v view) any {
 // padded with token 0), single tokens one-row steps.
 func (h *hostExec) Forward(tokens []int32) ([]float32, error) {
 	st := h.mem[h.p.step].([]int32)
-	if n := len(tokens); n > 1 && n <= h.p.vrows {
+	if n := len(tokens); n > 1 && n <= h.p.vrows() {
 		rows, err := h.ForwardRows(tokens)
 		if err != nil {
 			return nil, err
@@ -191,7 +191,7 @@ func (h *hostExec) ForwardRows(tokens []int32) ([]float32, error) {
 	st := h.mem[h.p.step].([]int32)
 	h.last = h.last[:0]
 	for len(tokens) > 0 {
-		n := min(len(tokens), h.p.vrows)
+		n := min(len(tokens), h.p.vrows())
 		clear(st)
 		st[0], st[1] = int32(n-1), int32(h.pos)
 		copy(st[2:], tokens[:n])

@@ -377,12 +377,12 @@ func (r *Runner) bindOwn(setup bool) error {
 	}
 	r.pinned = append(r.pinned, sh)
 	r.stepHost = sh.Bytes()
-	lh, err := r.c.AllocHost(uint64(4 * p.vocab * max(1, p.vrows)))
+	lh, err := r.c.AllocHost(uint64(4 * p.vocab * max(1, p.vrows())))
 	if err != nil {
 		return err
 	}
 	r.pinned = append(r.pinned, lh)
-	r.hostLog = unsafe.Slice((*float32)(unsafe.Pointer(&lh.Bytes()[0])), p.vocab*max(1, p.vrows))
+	r.hostLog = unsafe.Slice((*float32)(unsafe.Pointer(&lh.Bytes()[0])), p.vocab*max(1, p.vrows()))
 	if rows == 1 {
 		r.logits = r.hostLog[:p.vocab] // no copy: Forward returns the pinned row
 	} else {
@@ -595,7 +595,7 @@ func (r *Runner) Forward(tokens []int32) ([]float32, error) {
 		return nil, err
 	}
 	v := r.p.vocab
-	if !r.opt.LogitsAll && len(tokens) > 1 && len(tokens) <= r.p.vrows {
+	if !r.opt.LogitsAll && len(tokens) > 1 && len(tokens) <= r.p.vrows() {
 		// a few tokens (a chat's next turn): one verify step reads the
 		// weights once where a prefill step runs all its rows
 		n := len(tokens)
@@ -667,15 +667,15 @@ func (r *Runner) ForwardRows(tokens []int32) ([]float32, error) {
 	if err := r.checkTokens(tokens); err != nil {
 		return nil, err
 	}
-	v := r.p.vocab
+	v, most := r.p.vocab, r.p.vrows()
 	if need := len(tokens) * v; cap(r.rowLog) < need {
 		r.rowLog = make([]float32, need)
 	}
 	out := r.rowLog[:len(tokens)*v]
 	for off := 0; off < len(tokens); {
-		n := min(len(tokens)-off, max(r.p.vrows, 1))
+		n := min(len(tokens)-off, max(most, 1))
 		var err error
-		if r.p.vrows == 0 || n == 1 {
+		if most == 0 || n == 1 {
 			err = r.step(tokens[off], out[off*v:(off+1)*v], true)
 		} else {
 			err = r.verifyStep(tokens[off:off+n], out[off*v:(off+n)*v])
@@ -715,11 +715,6 @@ func (r *Runner) verifyStep(toks []int32, out []float32) error {
 	if err := r.replay(r.vcalls[i], &r.vgraphs[i]); err != nil {
 		return err
 	}
-	// the logits come back even for ForwardGreedy (its argmax is of the
-	// one-row and prefill steps' logits): Forward takes the last row's
-	greedy := r.greedy
-	r.greedy = false
-	defer func() { r.greedy = greedy }()
 	v := vs.logits
 	return r.finish(view{v.a, v.off, len(toks) * r.p.vocab}, out, true)
 }
@@ -764,7 +759,9 @@ func (r *Runner) step(tok int32, out []float32, keep bool) error {
 // (view v, from the start of its allocation) into the page-locked row and
 // copies them to out unless out is that row.
 func (r *Runner) finish(v view, out []float32, keep bool) error {
-	if keep && r.greedy {
+	// the device argmax is of the one-row and prefill steps' logits; a
+	// verify step's come back whole (Forward takes the last row's)
+	if keep && r.greedy && (v == r.p.logits || v == r.p.plogits) {
 		c := r.argmax[0]
 		if v != r.p.logits {
 			c = r.argmax[1]
