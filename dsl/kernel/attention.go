@@ -21,8 +21,15 @@ import (
 const AttnBlock = 64
 
 // AttnShape is a block attention's warps (16 query rows each) and head
-// width (values a row of each operand).
-type AttnShape struct{ Warps, HD int }
+// width (values a row of each operand). With Heads the query rows are
+// several heads' rows of one position (the heads of a key-value group in
+// a decode step, which then read each cache block once for all of them):
+// every row attends the positions below first, none one more than the
+// row before.
+type AttnShape struct {
+	Warps, HD int
+	Heads     bool
+}
 
 // Threads is the CTA: a warp a 16 rows.
 func (s AttnShape) Threads() int { return 32 * s.Warps }
@@ -47,7 +54,7 @@ func (s AttnShape) check() error {
 
 // BlockAttention sets, for each query row i < min(q.Rows, sh.Rows()),
 // y[y.Off + i·y.Stride + d] (d < sh.HD) to the row's attention over the
-// cache positions j < first + i: query row i is q's (rows past the last
+// cache positions j < first + i (j < first with sh.Heads): query row i is q's (rows past the last
 // read the last again), position j's key and value rows start at
 // kc.Off + j·kc.Stride and vc.Off + j·vc.Stride; scores are scaled by
 // scale. The caches are read in whole blocks of AttnBlock positions up to
@@ -143,8 +150,12 @@ func (m *machine) blockAttention(s *Stmt) {
 	if yOff%2 != 0 || yStride%2 != 0 {
 		fail("block attention: output offset %d and stride %d must be even", yOff, yStride)
 	}
+	step := 1 // positions a row attends past the row before
+	if sh.Heads {
+		step = 0
+	}
 	// the whole blocks a target reads, bounds-checked as it would be
-	ends := (first + rows - 1 + AttnBlock - 1) / AttnBlock * AttnBlock
+	ends := (first + step*(rows-1) + AttnBlock - 1) / AttnBlock * AttnBlock
 	lo, hi := 0, ends
 	if s.Part {
 		lo, hi = ev[10], ev[11]
@@ -176,7 +187,7 @@ func (m *machine) blockAttention(s *Stmt) {
 		for d := range qrow {
 			qrow[d] = f16(s.Buf, qi+d)
 		}
-		n := min(first+i, hi)
+		n := min(first+step*i, hi)
 		mx := float32(math.Inf(-1))
 		for j := lo; j < n; j++ {
 			var sum float32

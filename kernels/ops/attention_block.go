@@ -60,14 +60,8 @@ func attentionBlock(hd, warps int, q8 bool) *k.Kernel {
 	}
 	b := k.New(name)
 	b.Doc(fmt.Sprintf("attends %d rows of one head per CTA over the cache in blocks of %d positions, on the tensor cores.", R, k.AttnBlock))
-	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
-	step, y := b.Buffer("step", k.I32), b.Buffer("y", k.F32)
-	var xq, xd *k.Buf
-	if q8 {
-		xq, xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
-	}
-	heads, group, dim := b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
-	scale := b.Scalar("scale", k.F32)
+	a := attnBlockParams(b, q8)
+	q, kc, vc, step, y, heads, group, dim, scale := a.q, a.kc, a.vc, a.step, a.y, a.heads, a.group, a.dim, a.scale
 	qd := b.Let("qd", heads.Mul(hd))
 	rows := b.Let("rows", q.Len().Div(qd))
 	nq := b.Let("nq", rows.Add(R-1).Div(R))
@@ -77,11 +71,7 @@ func attentionBlock(hd, warps int, q8 bool) *k.Kernel {
 		kvo := b.Let("kvo", h.Div(group).Mul(hd))
 		qo := b.Let("qo", r0.Mul(qd).Add(h.Mul(hd)))
 		first := b.Let("first", step.At(1).Cvt(k.Int).Add(r0).Add(1)) // positions row r0 attends to
-		var quant *k.AttnQuant
-		if q8 {
-			quant = &k.AttnQuant{Quants: k.TileOperand{Buf: xq, Off: qo, Stride: qd},
-				Scales: k.TileOperand{Buf: xd, Off: qo.Div(32), Stride: qd.Div(32)}}
-		}
+		quant := a.quant(qo, qd)
 		b.BlockAttention(sh,
 			k.TileOperand{Buf: q, Off: qo, Stride: qd, Rows: rows.Sub(r0)},
 			k.TileOperand{Buf: kc, Off: kvo, Stride: dim},
@@ -91,25 +81,68 @@ func attentionBlock(hd, warps int, q8 bool) *k.Kernel {
 	return b.MustBuild()
 }
 
+// AttentionBlockHeads is AttentionBlockHeadsD<hd>(q []float32, kc, vc
+// []uint16, step []int32, y []float32, heads, group, kvDim int, scale
+// float32): a one-row step's attention (AttentionBlock's of one row) with a
+// CTA of one warp for each key-value group, the group's heads the rows of
+// its tiles (kernel.AttnShape.Heads; a group of more than 16 heads is cut
+// in runs of 16), so each block of the caches is read once for the group
+// rather than once a head. With q8 (AttentionBlockHeadsD<hd>Q8_0, hd a
+// multiple of 32) it also quantizes its output as AttentionBlockQ8_0 does,
+// (q, kc, vc, step, y, xq, xd, heads, group, kvDim, scale).
+func AttentionBlockHeads(hd int, q8 bool) *k.Kernel {
+	if !AttnBlockWidth(hd) {
+		panic(fmt.Sprintf("AttentionBlockHeads: head width %d", hd))
+	}
+	sh := k.AttnShape{Warps: 1, HD: hd, Heads: true}
+	R := sh.Rows()
+	name := fmt.Sprintf("AttentionBlockHeadsD%d", hd)
+	if q8 {
+		name += "Q8_0"
+	}
+	b := k.New(name)
+	b.Doc(fmt.Sprintf("attends one row for a key-value group's heads per CTA over the cache in blocks of %d positions, on the tensor cores.", k.AttnBlock))
+	a := attnBlockParams(b, q8)
+	q, kc, vc, step, y, heads, group, dim, scale := a.q, a.kc, a.vc, a.step, a.y, a.heads, a.group, a.dim, a.scale
+	first := b.Let("first", step.At(1).Cvt(k.Int).Add(1))
+	runs := b.Let("runs", group.Add(R-1).Div(R)) // runs of R heads a group
+	b.ParallelFor("c", 0, heads.Div(group).Mul(runs), func(c k.Expr) {
+		kvh := b.Let("kvh", c.Div(runs))
+		sub := b.Let("sub", c.Rem(runs).Mul(R))
+		qo := b.Let("qo", kvh.Mul(group).Add(sub).Mul(hd)) // the run's first head's values
+		quant := a.quant(qo, k.I(hd))
+		b.BlockAttention(sh,
+			k.TileOperand{Buf: q, Off: qo, Stride: k.I(hd), Rows: group.Sub(sub).Min(R)},
+			k.TileOperand{Buf: kc, Off: kvh.Mul(hd), Stride: dim},
+			k.TileOperand{Buf: vc, Off: kvh.Mul(hd), Stride: dim},
+			k.TileOperand{Buf: y, Off: qo, Stride: k.I(hd)}, first, scale, quant)
+	})
+	return b.MustBuild()
+}
+
 // AttentionBlockSplit is AttentionBlockSplitD<hd>(q []float32, kc, vc
 // []uint16, step []int32, part []float32, heads, group, kvDim, chunks int,
 // scale float32): a one-row step's attention cut over CTAs (flash-decoding
 // on the tensor cores), for long positions where AttentionBlockW1's one
-// CTA a head walks too many blocks in turn. Head h's n = step[1]+1
-// positions are cut into chunks pieces of L = ⌈n/chunks⌉ rounded up to a
-// block (kernel.AttnBlock); CTA c = h·chunks + piece attends the piece
-// (kernel.BlockAttentionPart, a warp) and leaves its unnormalized output,
-// maximum and sum in part from c·(hd+2), the layout AttentionSplit leaves
-// for AttentionMerge (pieces past n are left empty: m = −Inf, l = 0, so
-// the merge's own cut of the positions, ⌈n/chunks⌉ rounded to a warp,
-// reads them as nothing). q holds one row of heads·hd values.
+// CTA a head walks too many blocks in turn. The n = step[1]+1 positions
+// are cut into chunks pieces of L = ⌈n/chunks⌉ rounded up to a block
+// (kernel.AttnBlock); a CTA attends one piece for up to 16 heads of one
+// key-value group at once (kernel.AttnShape.Heads: the group's query rows
+// are a tile's rows, each cache block read once for all of them; a group
+// of more than 16 heads is cut in runs of 16), and leaves each head h's
+// unnormalized output, maximum and sum for piece p in part from
+// (h·chunks + p)·(hd+2), the layout AttentionSplit leaves for
+// AttentionMerge (pieces past n are left empty: m = −Inf, l = 0, so the
+// merge's own cut of the positions, ⌈n/chunks⌉ rounded to a warp, reads
+// them as nothing). q holds one row of heads·hd values.
 func AttentionBlockSplit(hd int) *k.Kernel {
 	if !AttnBlockWidth(hd) {
 		panic(fmt.Sprintf("AttentionBlockSplit: head width %d", hd))
 	}
-	sh := k.AttnShape{Warps: 1, HD: hd}
+	sh := k.AttnShape{Warps: 1, HD: hd, Heads: true}
+	R := sh.Rows()
 	b := k.New(fmt.Sprintf("AttentionBlockSplitD%d", hd))
-	b.Doc(fmt.Sprintf("attends one piece of a head's positions per CTA over the cache in blocks of %d, on the tensor cores, leaving the piece's output, max and sum for AttentionMerge.", k.AttnBlock))
+	b.Doc(fmt.Sprintf("attends one piece of the positions for a key-value group's heads per CTA over the cache in blocks of %d, on the tensor cores, leaving each head's output, max and sum for AttentionMerge.", k.AttnBlock))
 	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
 	step, part := b.Buffer("step", k.I32), b.Buffer("part", k.F32)
 	heads, group, dim := b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
@@ -117,16 +150,47 @@ func AttentionBlockSplit(hd int) *k.Kernel {
 	n := b.Let("n", step.At(1).Cvt(k.Int).Add(1))
 	per := n.Add(chunks).Sub(1).Div(chunks)
 	l := b.Let("L", per.Add(k.AttnBlock-1).Div(k.AttnBlock).Mul(k.AttnBlock))
-	b.ParallelFor("c", 0, heads.Mul(chunks), func(c k.Expr) {
-		h := b.Let("h", c.Div(chunks))
+	runs := b.Let("runs", group.Add(R-1).Div(R)) // runs of R heads a group
+	b.ParallelFor("c", 0, heads.Div(group).Mul(runs).Mul(chunks), func(c k.Expr) {
+		run := b.Let("run", c.Div(chunks))
+		kvh := b.Let("kvh", run.Div(runs))
+		sub := b.Let("sub", run.Rem(runs).Mul(R))
+		h0 := b.Let("h0", kvh.Mul(group).Add(sub)) // the run's first head
 		lo := b.Let("lo", c.Rem(chunks).Mul(l))
-		kvo := b.Let("kvo", h.Div(group).Mul(hd))
-		po := b.Let("po", c.Mul(hd+2))
 		b.BlockAttentionPart(sh,
-			k.TileOperand{Buf: q, Off: h.Mul(hd), Stride: heads.Mul(hd), Rows: k.I(1)},
-			k.TileOperand{Buf: kc, Off: kvo, Stride: dim},
-			k.TileOperand{Buf: vc, Off: kvo, Stride: dim},
-			k.TileOperand{Buf: part, Off: po, Stride: k.I(hd + 2)}, n, lo, lo.Add(l), scale)
+			k.TileOperand{Buf: q, Off: h0.Mul(hd), Stride: k.I(hd), Rows: group.Sub(sub).Min(R)},
+			k.TileOperand{Buf: kc, Off: kvh.Mul(hd), Stride: dim},
+			k.TileOperand{Buf: vc, Off: kvh.Mul(hd), Stride: dim},
+			k.TileOperand{Buf: part, Off: h0.Mul(chunks).Add(c.Rem(chunks)).Mul(hd + 2), Stride: chunks.Mul(hd + 2)}, n, lo, lo.Add(l), scale)
 	})
 	return b.MustBuild()
+}
+
+// attnBlockArgs are the block attentions' parameters: (q, kc, vc, step, y,
+// and with q8 xq, xd, then heads, group, kvDim, scale).
+type attnBlockArgs struct {
+	q, kc, vc, step, y, xq, xd *k.Buf
+	heads, group, dim, scale   k.Expr
+}
+
+func attnBlockParams(b *k.Builder, q8 bool) attnBlockArgs {
+	var a attnBlockArgs
+	a.q, a.kc, a.vc = b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
+	a.step, a.y = b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	if q8 {
+		a.xq, a.xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	}
+	a.heads, a.group, a.dim = b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
+	a.scale = b.Scalar("scale", k.F32)
+	return a
+}
+
+// quant is the Q8_0 output of rows from value off, stride values apart
+// (nil without xq).
+func (a attnBlockArgs) quant(off, stride k.Expr) *k.AttnQuant {
+	if a.xq == nil {
+		return nil
+	}
+	return &k.AttnQuant{Quants: k.TileOperand{Buf: a.xq, Off: off, Stride: stride},
+		Scales: k.TileOperand{Buf: a.xd, Off: off.Div(32), Stride: stride.Div(32)}}
 }

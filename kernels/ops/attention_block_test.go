@@ -30,7 +30,7 @@ func TestAttentionBlockMatchesReference(t *testing.T) {
 		for _, c := range []struct {
 			rows, pos int
 			scale     float32
-		}{{1, 0, 0.125}, {5, 3, 0.125}, {16, 60, 1.5}, {37, 100, 0.125}, {20, 250, 0.7}, {70, 120, 0.3}} {
+		}{{1, 0, 0.125}, {1, 300, 0.7}, {5, 3, 0.125}, {16, 60, 1.5}, {37, 100, 0.125}, {20, 250, 0.7}, {70, 120, 0.3}} {
 			q := make([]float32, c.rows*heads*hd)
 			for i := range q {
 				q[i] = float32(r.NormFloat64())
@@ -55,6 +55,11 @@ func TestAttentionBlockMatchesReference(t *testing.T) {
 					t.Fatalf("AttentionBlockQ8_0 value %d: %v, quant %d scale %v; want %v, %d, %v", i, y8[i], int8(xq[i]), xd[i/32], blk[i], int8(wq[i]), wd[i/32])
 				}
 			}
+			if c.rows == 1 {
+				// a CTA a group: the same attention (the heads' rows of one
+				// tile), its Q8_0 form the same quants
+				checkAttentionBlockHeads(t, hd, q, kc, vc, step, blk, heads, group, dim, c.scale)
+			}
 			var worst float64
 			for i, w := range want {
 				worst = math.Max(worst, math.Abs(float64(blk[i])-w))
@@ -67,15 +72,68 @@ func TestAttentionBlockMatchesReference(t *testing.T) {
 	}
 }
 
+// AttentionBlockHeads takes groups of one head, of several and of more
+// than a tile's 16 rows (runs of 16, 16 and 2 heads).
+func TestAttentionBlockHeadsGroups(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	const hd, ctx, pos = 64, 256, 150
+	for _, g := range []struct{ heads, kvHeads int }{{3, 3}, {8, 2}, {34, 1}} {
+		dim, group := g.kvHeads*hd, g.heads/g.kvHeads
+		kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
+		for i := range kc {
+			kc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+			vc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+		}
+		q := make([]float32, g.heads*hd)
+		for i := range q {
+			q[i] = float32(r.NormFloat64())
+		}
+		step, blk := []int32{0, pos}, make([]float32, len(q))
+		if err := k.Run(ops.AttentionBlockWarps(hd, 1), q, kc, vc, step, blk, g.heads, group, dim, float32(0.125)); err != nil {
+			t.Fatal(err)
+		}
+		checkAttentionBlockHeads(t, hd, q, kc, vc, step, blk, g.heads, group, dim, 0.125)
+	}
+}
+
+// checkAttentionBlockHeads runs AttentionBlockHeads and its Q8_0 form on a
+// one-row step and checks their output against AttentionBlock's (blk):
+// the same within the tiles' rounding (another row order of one tile's
+// sums), the quants QuantizeQ8_0's of their own output.
+func checkAttentionBlockHeads(t *testing.T, hd int, q []float32, kc, vc []uint16, step []int32, blk []float32, heads, group, dim int, scale float32) {
+	t.Helper()
+	y, y8, xq, xd := make([]float32, len(q)), make([]float32, len(q)), make([]byte, len(q)), make([]float32, len(q)/32)
+	if err := k.Run(ops.AttentionBlockHeads(hd, false), q, kc, vc, step, y, heads, group, dim, scale); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Run(ops.AttentionBlockHeads(hd, true), q, kc, vc, step, y8, xq, xd, heads, group, dim, scale); err != nil {
+		t.Fatal(err)
+	}
+	wq, wd := make([]byte, len(q)), make([]float32, len(q)/32)
+	if err := k.Run(ops.QuantizeQ8_0(), y8, wq, wd); err != nil {
+		t.Fatal(err)
+	}
+	for i := range y {
+		if math.Abs(float64(y[i]-blk[i])) > 1e-5 || y8[i] != y[i] || xq[i] != wq[i] || xd[i/32] != wd[i/32] {
+			t.Fatalf("AttentionBlockHeads value %d: %v (Q8_0 form %v, quant %d scale %v); AttentionBlock's %v, quant %d, scale %v",
+				i, y[i], y8[i], int8(xq[i]), xd[i/32], blk[i], int8(wq[i]), wd[i/32])
+		}
+	}
+}
+
 // AttentionBlockSplit's pieces folded by AttentionMerge (and its Q8_0 form)
 // give a decode row's attention within AttentionBlock's bound of the float64
 // reference, at positions inside the first block, on a block's edges and
 // over many pieces; the pieces past the position that the merge reads are
-// written empty (the part buffer starts as NaNs).
+// written empty (the part buffer starts as NaNs). A CTA takes a group's
+// heads together: groups of 2 and 1 heads, and one of 34 (runs of 16, 16
+// and 2 heads).
 func TestAttentionBlockSplitMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
-	for _, hd := range []int{64, 128} {
-		const heads, kvHeads, ctx, chunks = 4, 2, 2176, ops.AttnSplitChunks
+	for _, sh := range []struct{ hd, heads, kvHeads, ctx int }{
+		{64, 4, 2, 2176}, {128, 4, 2, 2176}, {64, 3, 3, 800}, {64, 34, 1, 800},
+	} {
+		hd, heads, kvHeads, ctx := sh.hd, sh.heads, sh.kvHeads, sh.ctx
 		dim, group := kvHeads*hd, heads/kvHeads
 		kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
 		for i := range kc {
@@ -84,9 +142,14 @@ func TestAttentionBlockSplitMatchesReference(t *testing.T) {
 		}
 		split, merge, merge8 := ops.AttentionBlockSplit(hd), ops.AttentionMerge(), ops.AttentionMergeQ8_0()
 		for _, c := range []struct {
-			pos   int
-			scale float32
-		}{{0, 0.125}, {62, 0.125}, {63, 1.5}, {64, 0.125}, {99, 0.7}, {700, 0.125}, {2047, 0.3}, {2100, 1.5}} {
+			pos, chunks int
+			scale       float32
+		}{{0, 32, 0.125}, {62, 32, 0.125}, {63, 32, 1.5}, {64, 32, 0.125}, {99, 32, 0.7}, {700, 32, 0.125}, {2047, 32, 0.3}, {2100, 32, 1.5},
+			{5, 128, 0.125}, {64, 128, 0.125}, {511, 128, 0.7}, {2047, 128, 0.3}} {
+			chunks := c.chunks
+			if c.pos >= ctx-k.AttnBlock {
+				continue
+			}
 			q := make([]float32, heads*hd)
 			for i := range q {
 				q[i] = float32(r.NormFloat64())
@@ -116,9 +179,9 @@ func TestAttentionBlockSplitMatchesReference(t *testing.T) {
 				}
 			}
 			if worst > 1e-3 || math.IsNaN(worst) {
-				t.Errorf("head width %d at position %d (scale %v): largest difference from the reference %.3g", hd, c.pos, c.scale, worst)
+				t.Errorf("%d heads of width %d, %d a group, at position %d in %d pieces (scale %v): largest difference from the reference %.3g", heads, hd, group, c.pos, chunks, c.scale, worst)
 			}
-			t.Logf("head width %d at position %d: largest difference %.3g", hd, c.pos, worst)
+			t.Logf("%d heads of width %d, %d a group, at position %d in %d pieces: largest difference %.3g", heads, hd, group, c.pos, chunks, worst)
 		}
 	}
 }

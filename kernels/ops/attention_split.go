@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"fmt"
 	"math"
 
 	k "github.com/jitllm/jitllm/dsl/kernel"
@@ -113,7 +114,8 @@ func attentionSplit(rounded bool) *k.Kernel {
 // []float32, headDim, heads, chunks int): each pair's pieces of
 // AttentionSplit folded, y[d] = Σ_c o_c[d]·exp(m_c − M) / Σ_c l_c·exp(m_c − M)
 // over the pieces that hold positions, M their largest maximum; a warp a
-// pair, head dimensions over the lanes.
+// pair, head dimensions over the lanes, mergeLaneValues of them a lane in
+// one walk of the pieces.
 func AttentionMerge() *k.Kernel { return attentionMerge(0) }
 
 // AttentionMergeQ8_0 is AttentionMerge that also quantizes its output as
@@ -134,8 +136,9 @@ func AttentionMergeQ8_0() *k.Kernel { return attentionMerge(32) }
 func AttentionMergeQ8_K() *k.Kernel { return attentionMerge(256) }
 
 // mergeHead is head t's fold of its pieces: out(d) is value d of the
-// head's attention output.
-func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (out func(d k.Expr) k.Expr) {
+// head's attention output, and fold the weights' loop that out(d) spells
+// out for one value, for several values at once.
+func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (out func(d k.Expr) k.Expr, fold func(d0 k.Expr, n int) []k.Expr) {
 	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
 	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
 	stride := b.Let("stride", hd.Add(2))
@@ -150,14 +153,42 @@ func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (ou
 		return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
 	})
 	inv := b.Let("inv", k.F(1).Div(den))
-	return func(d k.Expr) k.Expr {
+	out = func(d k.Expr) k.Expr {
 		o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
 			pc := b.Let("pc", base.Add(c.Mul(stride)))
 			return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
 		})
 		return o.Mul(inv)
 	}
+	// values d0..d0+n-1 folded in one walk of the pieces, each piece's
+	// weight exp(m_c − M) computed once for all of them: the same sums in
+	// the same order as out's, so the same bits
+	fold = func(d0 k.Expr, nv int) []k.Expr {
+		accs := make([]*k.Var, nv)
+		for v := range accs {
+			accs[v] = b.Acc(fmt.Sprintf("o%d", v), k.OpAdd, k.F(0))
+		}
+		b.For("piece", 0, nc, func(c k.Expr) {
+			pc := b.Let("pc", base.Add(c.Mul(stride)))
+			w := b.Let("w", part.At(pc.Add(hd)).Sub(m).Exp())
+			for v, a := range accs {
+				b.Fold(a, part.At(pc.Add(d0).Add(v)).Mul(w))
+			}
+		})
+		vals := make([]k.Expr, nv)
+		for v, a := range accs {
+			vals[v] = a.Get().Mul(inv)
+		}
+		return vals
+	}
+	return out, fold
 }
+
+// mergeLaneValues is how many of a head's values a lane of the warp merge
+// folds in one walk of the pieces: the weight's exp (f64, correctly
+// rounded: most of the merge's time) is then computed once for them all
+// rather than once a value.
+const mergeLaneValues = 4
 
 // attentionMerge is AttentionMerge quantizing its output to blocks of qk
 // (32: Q8_0, 256: Q8_K) or not (0).
@@ -179,33 +210,47 @@ func attentionMerge(qk int) *k.Kernel {
 			base := b.Let("at", blk.Mul(256))
 			b.For("v", 0, 256, func(v k.Expr) {
 				e := b.Let("e", base.Add(v))
-				out := mergeHead(b, part, step, hd, heads, chunks, e.Div(hd))
+				out, _ := mergeHead(b, part, step, hd, heads, chunks, e.Div(hd))
 				b.Store(y, e, out(e.Rem(hd)))
 			})
 			storeQuantized(b, 256, blk, base, b.View("yb", y, base, 256).At, xq, xd)
 		})
 		b.Schedule("v", k.LoopSchedule{Threads: 256})
 		b.Schedule("j", k.LoopSchedule{Threads: 256})
+		unrollMerge(b, "cm", "den_i", "o_i")
 		return b.MustBuild()
 	}
 	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
-		value := mergeHead(b, part, step, hd, heads, chunks, t)
-		out := func(lo, hi k.Expr) {
-			b.For("d", lo, hi, func(d k.Expr) { b.Store(y, t.Mul(hd).Add(d), value(d)) })
-		}
+		out, fold := mergeHead(b, part, step, hd, heads, chunks, t)
+		// mergeLaneValues a lane at a time, then the rest one at a time
+		groups := b.Let("groups", hd.Div(mergeLaneValues))
+		b.For("g", 0, groups, func(g k.Expr) {
+			d0 := b.Let("d0", g.Mul(mergeLaneValues))
+			for v, x := range fold(d0, mergeLaneValues) {
+				b.Store(y, t.Mul(hd).Add(d0).Add(v), x)
+			}
+		})
+		b.For("d", groups.Mul(mergeLaneValues), hd, func(d k.Expr) { b.Store(y, t.Mul(hd).Add(d), out(d)) })
 		if qk == 0 {
-			out(k.I(0), hd)
 			return
 		}
-		// a block of 32 at a time: stored, then quantized from y as
-		// QuantizeQ8_0 reads it (the loop's stores are ordered before)
+		// each block of 32 quantized from y as QuantizeQ8_0 reads it (the
+		// loops' stores are ordered before)
 		b.For("qb", 0, hd.Div(32), func(qb k.Expr) {
-			lo := b.Let("lo", qb.Mul(32))
-			out(lo, lo.Add(32))
-			blk := b.Let("blk", t.Mul(hd).Add(lo))
+			blk := b.Let("blk", t.Mul(hd).Add(qb.Mul(32)))
 			storeQuantized(b, 32, blk.Div(32), blk, b.View("yb", y, blk, 32).At, xq, xd)
 		})
 	})
-	warpSched(b, "d", "j")
+	warpSched(b, "g", "d", "j")
+	unrollMerge(b, "cm", "den_i", "o_i", "piece")
 	return b.MustBuild()
+}
+
+// unrollMerge gives mergeHead's loops over the pieces several loads in
+// flight: each iteration's loads are independent, but rolled, a lane
+// waits out a load's latency a piece. The same order, so the same bits.
+func unrollMerge(b *k.Builder, loops ...string) {
+	for _, l := range loops {
+		b.Schedule(l, k.LoopSchedule{Unroll: 4})
+	}
 }

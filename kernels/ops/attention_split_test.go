@@ -89,3 +89,36 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionMergeOddWidth checks the merge of a head width that is not
+// a multiple of its four values a lane (the rest folded one value at a
+// time) against the float64 reference.
+func TestAttentionMergeOddWidth(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	const hd, heads, kvHeads, ctx, pos = 6, 4, 2, 300, 260
+	dim, group, chunks := kvHeads*hd, heads/kvHeads, ops.AttnSplitChunks
+	kc, vc := make([]uint16, ctx*dim), make([]uint16, ctx*dim)
+	for i := range kc {
+		kc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+		vc[i] = quant.F32ToF16(float32(r.NormFloat64()))
+	}
+	q := make([]float32, heads*hd)
+	for i := range q {
+		q[i] = quant.F16ToF32(quant.F32ToF16(float32(r.NormFloat64())))
+	}
+	step := []int32{0, pos}
+	part := make([]float32, heads*chunks*(hd+2))
+	if err := k.Run(ops.AttentionSplit(), q, kc, vc, part, step, make([]float32, heads*ctx), hd, heads, group, dim, ctx, chunks, float32(0.4)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(q))
+	if err := k.Run(ops.AttentionMerge(), part, step, got, hd, heads, chunks); err != nil {
+		t.Fatal(err)
+	}
+	want := opstest.AttentionRef(q, kc, vc, pos, hd, heads, group, dim, 0.4)
+	for i, w := range want {
+		if d := math.Abs(float64(got[i]) - w); d > 1e-5 || math.IsNaN(d) {
+			t.Fatalf("value %d (of a head's %d): %v, reference %v", i, hd, got[i], w)
+		}
+	}
+}

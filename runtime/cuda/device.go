@@ -159,7 +159,11 @@ func (b Buffer) Slice(off, n uint64) Buffer {
 	return Buffer{b.Ptr + off, min(n, b.Size-off), b.c}
 }
 
-// Upload copies host bytes to the start of b.
+// Upload copies host bytes to the start of b and returns once they are
+// there. cuMemcpyHtoD alone returns when a pageable source is staged, its
+// DMA still in flight on the legacy stream, which our streams (created
+// non-blocking) do not wait for: a kernel queued next could read the old
+// bytes or have its output overwritten, so the context is synchronized.
 func (b Buffer) Upload(src []byte) error {
 	if uint64(len(src)) > b.Size {
 		return fmt.Errorf("upload of %d bytes into a %d-byte buffer", len(src), b.Size)
@@ -168,7 +172,10 @@ func (b Buffer) Upload(src []byte) error {
 		return nil
 	}
 	defer b.c.enter()()
-	return check("cuMemcpyHtoD", api.cuMemcpyHtoD(b.Ptr, unsafe.Pointer(&src[0]), uint64(len(src))))
+	if err := check("cuMemcpyHtoD", api.cuMemcpyHtoD(b.Ptr, unsafe.Pointer(&src[0]), uint64(len(src)))); err != nil {
+		return err
+	}
+	return check("cuCtxSynchronize", api.cuCtxSynchronize())
 }
 
 // Download copies the start of b to host bytes.
@@ -218,10 +225,15 @@ func (b Buffer) DownloadAsync(dst []byte, s *Stream) error {
 	return check("cuMemcpyDtoHAsync", r)
 }
 
-// Zero sets the buffer to zero bytes.
+// Zero sets the buffer to zero bytes and returns once it is done
+// (cuMemsetD8 is asynchronous to the host and, on the legacy stream,
+// unordered with our non-blocking streams: see Upload).
 func (b Buffer) Zero() error {
 	defer b.c.enter()()
-	return check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size))
+	if err := check("cuMemsetD8", api.cuMemsetD8(b.Ptr, 0, b.Size)); err != nil {
+		return err
+	}
+	return check("cuCtxSynchronize", api.cuCtxSynchronize())
 }
 
 // CopyAsync copies n bytes from the start of src to the start of b in the

@@ -16,16 +16,21 @@ import (
 // TestGPUAttentionBlock checks the tensor-core prefill attention on the
 // device against the float64 reference (the bound of the interpreter's
 // test, kernels/ops) on the three models' head shapes, steps of 512 rows
-// at positions 0 and 1536 and one of 37 rows at position 300, and logs its
-// time beside AttentionSplit + AttentionMerge's on the same step.
+// at positions 0 and 1536 and one of 37 rows at position 300, and one-row
+// steps from position 5 to 16383 (AttentionBlockD<hd>W1, AttentionBlockHeads
+// and AttentionBlockSplit + AttentionMerge in decodeSplitChunks pieces to
+// four times as many), and logs their times beside AttentionSplit +
+// AttentionMerge's on the same step.
 func TestGPUAttentionBlock(t *testing.T) {
+	maxChunks := 4 * max(decodeSplitChunks, ops.AttnSplitChunks)
 	c, s := tensorCoreStream(t)
 	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
 	blocks := map[int]*kernel.Kernel{64: ops.AttentionBlock(64), 128: ops.AttentionBlock(128)}
 	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}
 	q8s := map[int]*kernel.Kernel{64: ops.AttentionBlockQ8_0(64, 1), 128: ops.AttentionBlockQ8_0(128, 1)}
 	bsplits := map[int]*kernel.Kernel{64: ops.AttentionBlockSplit(64), 128: ops.AttentionBlockSplit(128)}
-	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128], bsplits[64], bsplits[128])
+	groups := map[int]*kernel.Kernel{64: ops.AttentionBlockHeads(64, false), 128: ops.AttentionBlockHeads(128, false)}
+	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128], bsplits[64], bsplits[128], groups[64], groups[128])
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, sh := range []struct {
 		name                          string
@@ -40,7 +45,7 @@ func TestGPUAttentionBlock(t *testing.T) {
 		{"llama-3.2-1b", 64, 32, 8, 1, 64}, {"llama-3.2-1b", 64, 32, 8, 1, 511},
 		// where the long decode step's split pays (decodeSplitFrom)
 		{"llama-3.1-8b", 128, 32, 8, 1, 255}, {"llama-3.1-8b", 128, 32, 8, 1, 1023}, {"llama-3.1-8b", 128, 32, 8, 1, 4095},
-		{"qwen3-0.6b", 128, 16, 8, 1, 8191}, {"llama-3.2-1b", 64, 32, 8, 1, 2047},
+		{"qwen3-0.6b", 128, 16, 8, 1, 8191}, {"llama-3.2-1b", 64, 32, 8, 1, 2047}, {"llama-3.1-8b", 128, 32, 8, 1, 16383},
 	} {
 		ctx := sh.pos + sh.rows + kernel.AttnBlock
 		dim, group := sh.kvHeads*sh.hd, sh.heads/sh.kvHeads
@@ -51,7 +56,7 @@ func TestGPUAttentionBlock(t *testing.T) {
 		}
 		q := opstest.Floats(sh.rows*sh.heads*sh.hd, 1, r)
 		scale := float32(1 / math.Sqrt(float64(sh.hd)))
-		ns, np := sh.heads*sh.rows*ctx, sh.rows*sh.heads*ops.AttnSplitChunks*(sh.hd+2)
+		ns, np := sh.heads*sh.rows*ctx, sh.rows*sh.heads*maxChunks*(sh.hd+2)
 		qd, kd, vd := upload(t, c, f32Bytes(q)), upload(t, c, u16Bytes(kc)), upload(t, c, u16Bytes(vc))
 		stepd := upload(t, c, []byte{0, 0, 0, 0, byte(sh.pos), byte(sh.pos >> 8), 0, 0})
 		yd := zeroed(t, c, 4*len(q))
@@ -86,6 +91,22 @@ func TestGPUAttentionBlock(t *testing.T) {
 		}
 		if sh.rows == 1 {
 			checkAttnQ8_0(t, c, s, mod, tg, q8s[sh.hd], yd, []cuda.Buffer{qd, kd, vd, stepd}, len(q), len(kc), sh.heads, group, dim, scale)
+			// a CTA a key-value group (AttentionBlockHeads), same arguments
+			gk := groups[sh.hd]
+			runGroup := launcher(t, mod, tg, s, gk, ba, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(len(q)), sh.heads, group, dim, scale)
+			if err := yd.Upload(f32Bytes(nans(len(q)))); err != nil {
+				t.Fatal(err)
+			}
+			runGroup()
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			gworst := attnError(t, yd, q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
+			if gworst > 1e-3 || math.IsNaN(gworst) {
+				t.Errorf("%s at position %d: %s differs from the reference by %.3g", sh.name, sh.pos, gk.Name, gworst)
+			}
+			t.Logf("%s heads, 1 rows at position %d: %s %.1f µs (within %.2g)", sh.name, sh.pos, gk.Name, deviceMicros(t, c, s, 10, runGroup), gworst)
+			runBlock() // y as AttentionBlock leaves it, for what follows
 		}
 		runSplit, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
 			attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
@@ -93,9 +114,14 @@ func TestGPUAttentionBlock(t *testing.T) {
 		bu := deviceMicros(t, c, s, 10, runBlock)
 		su := deviceMicros(t, c, s, 5, func() { runSplit(); runMerge() })
 		t.Logf("%s heads, %d rows at position %d: %s %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, bk.Name, bu, bworst, su)
-		if sh.rows == 1 {
-			// the long decode step's attention: AttentionBlockSplit's
-			// pieces folded by the same merge
+		// the long decode step's attention: AttentionBlockSplit's pieces
+		// (a CTA a group's heads and piece) folded by the same merge, the
+		// positions cut in the plan's decodeSplitChunks pieces, twice and
+		// four times as many
+		for chunks := decodeSplitChunks; sh.rows == 1 && chunks <= 4*decodeSplitChunks; chunks *= 2 {
+			_, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
+				attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
+				sh.hd, sh.heads, group, dim, ctx, chunks, scale)
 			sa := cuda.NewArgs(18)
 			for i, b := range []struct {
 				p cuda.Buffer
@@ -107,9 +133,9 @@ func TestGPUAttentionBlock(t *testing.T) {
 			sa.Set(10, uint64(sh.heads))
 			sa.Set(11, uint64(group))
 			sa.Set(12, uint64(dim))
-			sa.Set(13, uint64(ops.AttnSplitChunks))
+			sa.Set(13, uint64(chunks))
 			sa.Set(14, uint64(math.Float32bits(scale)))
-			runBSplit := launcher(t, mod, tg, s, bsplits[sh.hd], sa, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(np), sh.heads, group, dim, ops.AttnSplitChunks, scale)
+			runBSplit := launcher(t, mod, tg, s, bsplits[sh.hd], sa, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(np), sh.heads, group, dim, chunks, scale)
 			for _, b := range []cuda.Buffer{yd, pd} {
 				if err := b.Upload(f32Bytes(nans(int(b.Size / 4)))); err != nil {
 					t.Fatal(err)
@@ -122,10 +148,11 @@ func TestGPUAttentionBlock(t *testing.T) {
 			}
 			worst := attnError(t, yd, q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
 			if worst > 1e-3 || math.IsNaN(worst) {
-				t.Errorf("%s at position %d: AttentionBlockSplit+Merge differs from the reference by %.3g", sh.name, sh.pos, worst)
+				t.Errorf("%s at position %d, %d pieces: AttentionBlockSplit+Merge differs from the reference by %.3g", sh.name, sh.pos, chunks, worst)
 			}
 			bs := deviceMicros(t, c, s, 10, func() { runBSplit(); runMerge() })
-			t.Logf("%s heads at position %d: AttentionBlockSplit+Merge %.1f µs (within %.2g), %s %.1f µs", sh.name, sh.pos, bs, worst, bk.Name, bu)
+			ms := deviceMicros(t, c, s, 10, runMerge)
+			t.Logf("%s heads at position %d: AttentionBlockSplit+Merge in %d pieces %.1f µs (the merge alone %.1f; within %.2g), %s %.1f µs", sh.name, sh.pos, chunks, bs, ms, worst, bk.Name, bu)
 		}
 		for _, b := range []cuda.Buffer{qd, kd, vd, stepd, yd, sd, pd} {
 			b.Free()

@@ -386,7 +386,11 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return vectors[wi], nil
 	}
 	freqAllocs := map[int]int{}
-	splitFrom := 0             // the long step's first position (decodeSplitFrom)
+	splitFrom := 0   // the long step's first position (decodeSplitFrom)
+	splitChunks := 0 // and the pieces its attention cuts the positions into
+	// a one-row step's attention takes a CTA a key-value group (AttentionBlockHeads);
+	// JITLLM_ATTN_HEADS=0 a CTA a head (for comparisons on a device)
+	attnHeads := os.Getenv("JITLLM_ATTN_HEADS") != "0"
 	alts := map[int][]launch{} // one-row launches' indices the long step replaces, and by what
 	scratch := -1              // activations rounded to a matmul's partner type
 	scratch16 := -1            // the same rounded on to f16 for the tensor cores
@@ -953,17 +957,17 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						if parts < 0 {
 							parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
 						}
-						np := a.Heads * ops.AttnSplitChunks * (hd + 2)
+						np := a.Heads * splitChunks * (hd + 2)
 						p.allocs[parts].n = max(p.allocs[parts].n, np)
 						split := cached(fmt.Sprintf("AttentionBlockSplitD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockSplit(hd) })
-						merge, err := specialized(cached, mkMerge, map[string]any{"headDim": hd, "heads": a.Heads, "chunks": ops.AttnSplitChunks})
+						merge, err := specialized(cached, mkMerge, map[string]any{"headDim": hd, "heads": a.Heads, "chunks": splitChunks})
 						if err != nil {
 							return err
 						}
 						at, was := len(*p.dst)-1, p.dst
 						var alt []launch
 						p.dst = &alt
-						p.call(i, split, qIn, whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, ops.AttnSplitChunks, a.Scale)
+						p.call(i, split, qIn, whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, splitChunks, a.Scale)
 						p.call(i, merge, append([]any{view{parts, 0, np}, stepAll(p), out[i]}, margs...)...)
 						p.dst = was
 						alts[at] = alt
@@ -979,6 +983,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						// projection's quantizer needs no launch
 						xq, xd := actQuants(n.Cols, 32)
 						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
+						if rows == 1 && attnHeads {
+							k = cached(fmt.Sprintf("AttentionBlockHeadsD%dQ8_0", hd), func() *kernel.Kernel { return ops.AttentionBlockHeads(hd, true) })
+						}
 						p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
 						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
 							return view{}, err
@@ -993,6 +1000,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						break
 					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
+					if rows == 1 && attnHeads {
+						k = cached(fmt.Sprintf("AttentionBlockHeadsD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockHeads(hd, false) })
+					}
 					p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
 					if err := long(ops.AttentionMerge); err != nil {
 						return view{}, err
@@ -1059,9 +1069,12 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
 	}
 	var err error
-	splitFrom = decodeSplitFrom
+	splitFrom, splitChunks = decodeSplitFrom, decodeSplitChunks
 	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_SPLIT_FROM")); err == nil && v > 0 {
 		splitFrom = v // for comparisons on a device
+	}
+	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_CHUNKS")); err == nil && v > 0 && v <= 1024 {
+		splitChunks = v // likewise
 	}
 	if p.logits, err = lower(1, &p.launches, false); err != nil {
 		return nil, err
@@ -1152,16 +1165,22 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 }
 
 // decodeSplitFrom is the position from which a one-row step that attends
-// with AttentionBlockW1 (a CTA a head walking every block of positions)
-// cuts the positions over CTAs instead (AttentionBlockSplit + AttentionMerge,
-// a second CUDA graph: the merge's launch costs more than it saves while
-// the walk is short). Measured on an H100 (TestGPUAttentionBlock,
-// 2026-12-05): the split costs 13-28 µs up to position 511 where W1 takes
-// 6-14, they cross about position 2048 (1B heads 34.5 vs 36.9 µs, qwen3's
-// 48.7 vs 41.9), and at 4095 (8B) and 8191 (qwen3) the split takes 61-62
-// µs against 80 and 154. A variable for the tests; JITLLM_ATTN_SPLIT_FROM
-// overrides it.
-var decodeSplitFrom = 2048
+// with a CTA walking every block of positions (AttentionBlockHeads, or
+// AttentionBlockD<hd>W1) cuts the positions over CTAs instead
+// (AttentionBlockSplit + AttentionMerge, a second CUDA graph: the merge's
+// launch costs more than it saves while the walk is short), in
+// decodeSplitChunks pieces. Measured end to end (jitllm speed -d, tg64,
+// 2026-12-06; the merge then still took an exp a value and a piece): on
+// the H100 the 8B at depth 1024 decodes 330 tok/s split in 8 pieces, 322
+// in 32, 285 unsplit; at 512 343 / 321 / 329; at 256 equal; qwen3 at
+// 1024 732 split in 8 against 658, at 512 762 against 785. Pieces:
+// fewer were faster at every depth measured (8B at 4096: 298.5 in 16,
+// 290 in 32, 250 in 64, 223 in 128; at 16384 241 / 234 / 190 / 147;
+// qwen3 at 4096 615 / 560 / 473): each piece costs the merge a fold and
+// a CTA, and 16 pieces of 8 key-value heads already give the 132 SMs a
+// CTA each. A variable for the tests; JITLLM_ATTN_SPLIT_FROM and
+// JITLLM_ATTN_CHUNKS override them.
+var decodeSplitFrom, decodeSplitChunks = 1024, 16
 
 // decodeBlockHeads is the fewest heads a one-row step attends with
 // AttentionBlock, a CTA a head: fewer would leave the GPU idle while each

@@ -68,8 +68,13 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.ins("add.s64 %s, %s, 8", rb, ra)
 	limA, limB, first32 := f.reg(c32), f.reg(c32), f.reg(c32)
 	f.ins("cvt.u32.u64 %s, %s", first32, first)
-	f.ins("add.u32 %s, %s, %s", limA, first32, w)
-	f.ins("add.u32 %s, %s, 8", limB, limA)
+	if sh.Heads { // one position's heads: every row's bound is first
+		f.ins("mov.u32 %s, %s", limA, first32)
+		f.ins("mov.u32 %s, %s", limB, first32)
+	} else {
+		f.ins("add.u32 %s, %s, %s", limA, first32, w)
+		f.ins("add.u32 %s, %s, 8", limB, limA)
+	}
 	// a partial's range: blocks from lo's, positions below hi
 	jb0, hi32 := "0", ""
 	if s.Part {
@@ -114,9 +119,13 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	}
 	// the blocks: up to the one holding the last row's last position
 	nb := f.reg(c32)
-	f.ins("cvt.u32.u64 %s, %s", nb, rows)
-	f.ins("add.u32 %s, %s, %s", nb, nb, first32)
-	f.ins("add.u32 %s, %s, %d", nb, nb, kernel.AttnBlock-2)
+	if sh.Heads {
+		f.ins("add.u32 %s, %s, %d", nb, first32, kernel.AttnBlock-1)
+	} else {
+		f.ins("cvt.u32.u64 %s, %s", nb, rows)
+		f.ins("add.u32 %s, %s, %s", nb, nb, first32)
+		f.ins("add.u32 %s, %s, %d", nb, nb, kernel.AttnBlock-2)
+	}
 	f.ins("shr.u32 %s, %s, %d", nb, nb, log2(kernel.AttnBlock))
 	if s.Part {
 		hb := f.reg(c32)
