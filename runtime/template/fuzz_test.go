@@ -138,3 +138,27 @@ func TestLoopBound(t *testing.T) {
 		t.Errorf("loops under the bound: %q, %v", out, err)
 	}
 }
+
+// tojson's indent is Python's " " * N: none below 1, and one past
+// maxJSONIndent fails the render rather than repeating it on every line.
+func TestToJSONIndentBound(t *testing.T) {
+	for src, want := range map[string]string{
+		`{{ {"a": [1]} | tojson(indent=-3) }}`: "{\n\"a\": [\n1\n]\n}",
+		`{{ {"a": 1} | tojson(indent=2) }}`:    "{\n  \"a\": 1\n}",
+	} {
+		tpl, err := Compile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := tpl.Render([]byte(`{}`)); err != nil || out != want {
+			t.Errorf("%s: %q, %v; want %q", src, out, err, want)
+		}
+	}
+	tpl, err := Compile(`{{ {"a": 1} | tojson(indent=1000000000) }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tpl.Render([]byte(`{}`)); err == nil || !strings.Contains(err.Error(), "indent") {
+		t.Errorf("indent 10⁹: %.40q, %v; want an indent error", out, err)
+	}
+}

@@ -12,6 +12,10 @@ import (
 	"github.com/ardanlabs/jinja"
 )
 
+// maxJSONIndent is the widest indent tojson takes: real templates use 2
+// or 4.
+const maxJSONIndent = 1024
+
 // tojson is __jl_tojson(value, indent=N, separators=..., sort_keys=...):
 // Python's json.dumps with ensure_ascii=False, keeping dict insertion
 // order unless sort_keys.
@@ -23,7 +27,13 @@ var tojson = jinja.NewCallable("__jl_tojson", func(args []jinja.Value, kw map[st
 	if v, ok := kw["indent"]; ok {
 		switch {
 		case v.IsInt():
-			indent = strings.Repeat(" ", int(v.AsInt()))
+			// Python's " " * N: nothing below 1; bounded above, as the
+			// template is input (a model file's) and each line repeats it
+			n := v.AsInt()
+			if n > maxJSONIndent {
+				return jinja.Undefined(), fmt.Errorf("tojson: indent %d is over %d", n, maxJSONIndent)
+			}
+			indent = strings.Repeat(" ", int(max(n, 0)))
 		case v.IsString():
 			indent = v.AsString()
 		}
