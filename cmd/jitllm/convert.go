@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,10 +20,14 @@ import (
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "convert IN.gguf OUT.jlm [-f] [-sha256]",
-		Short: "convert a GGUF file into a .jlm container (docs/format.md)",
+		Use:   "convert IN.gguf|HF-DIR OUT.jlm [-f] [-sha256]",
+		Short: "convert a GGUF file or a Hugging Face checkpoint into a .jlm container (docs/format.md)",
 		Long: `convert copies a GGUF file's metadata and tensors, byte for byte, into a .jlm
 container: tensors 4096-aligned, each with a CRC-32C, experts addressable one by one.
+Given a Hugging Face checkpoint directory (config.json, model.safetensors or its
+shards, tokenizer.json, tokenizer_config.json) it writes what the GGUF of
+llama.cpp's convert_hf_to_gguf.py would give: GGUF's keys and tensor names, the
+weights in their own float type (F32, F16, BF16).
 The output appears only when complete; an interrupted conversion leaves nothing.
 
   -f        overwrite OUT if it exists
@@ -60,14 +65,28 @@ func runConvert(ctx context.Context, w io.Writer, tty bool, args []string) error
 		return err
 	}
 	if len(pos) != 2 {
-		return fmt.Errorf("convert takes IN.gguf and OUT.jlm, got %d arguments (see jitllm convert -h)", len(pos))
+		return fmt.Errorf("convert takes IN.gguf (or a Hugging Face checkpoint directory) and OUT.jlm, got %d arguments (see jitllm convert -h)", len(pos))
 	}
 	in, out := pos[0], pos[1]
+	if st, err := os.Stat(in); err == nil && !st.IsDir() && strings.HasSuffix(in, ".safetensors") {
+		in = filepath.Dir(in) // a checkpoint's weights: the directory is the checkpoint
+	}
 	p := newConvProgress(w, tty)
 	start := time.Now()
 	var warnings []string
 	warn := func(s string) { warnings = append(warnings, s) }
-	err = convert.Convert(ctx, in, out, convert.Options{Force: *force, SourceSHA256: *sha, Progress: p.update, Warn: warn})
+	opts := convert.Options{Force: *force, SourceSHA256: *sha, Progress: p.update, Warn: warn}
+	if st, err := os.Stat(in); err == nil && st.IsDir() && !convert.IsHFCheckpoint(in) {
+		return fmt.Errorf("%s is a directory without a config.json: not a Hugging Face checkpoint", in)
+	}
+	if convert.IsHFCheckpoint(in) {
+		if *sha {
+			return errors.New("-sha256 records a single source file's hash; a Hugging Face checkpoint is a directory")
+		}
+		err = convert.ConvertHF(ctx, in, out, opts)
+	} else {
+		err = convert.Convert(ctx, in, out, opts)
+	}
 	for _, s := range warnings {
 		fmt.Fprintln(w, "warning:", s)
 	}

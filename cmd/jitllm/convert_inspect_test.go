@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,5 +122,28 @@ func TestCommandsRegistered(t *testing.T) {
 	root.SetArgs([]string{"inspect", "a", "b"})
 	if err := root.Execute(); err == nil {
 		t.Error("inspect with two files: no error")
+	}
+}
+
+// A directory with a config.json is a Hugging Face checkpoint: convert
+// takes it (or its .safetensors file) down runtime/convert's ConvertHF,
+// whose refusal of an unknown model_type shows it got there.
+func TestConvertTakesHFCheckpoint(t *testing.T) {
+	ck := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ck, "config.json"), []byte(`{"model_type": "no_such_family"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ck, "model.safetensors"), []byte("\x02\x00\x00\x00\x00\x00\x00\x00{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "m.jlm")
+	for _, in := range []string{ck, filepath.Join(ck, "model.safetensors")} {
+		err := runConvert(context.Background(), io.Discard, false, []string{in, out})
+		if err == nil || !strings.Contains(err.Error(), "no_such_family") {
+			t.Errorf("convert %s: %v, want ConvertHF's model_type error", in, err)
+		}
+	}
+	if err := runConvert(context.Background(), io.Discard, false, []string{ck, out, "-sha256"}); err == nil || !strings.Contains(err.Error(), "sha256") {
+		t.Errorf("-sha256 on a checkpoint: %v", err)
 	}
 }

@@ -52,10 +52,8 @@ var wrapSource func(io.ReaderAt) io.ReaderAt
 // complete and synced; on any failure, including ctx being cancelled, the
 // temporary file is removed and outPath is left as it was.
 func Convert(ctx context.Context, inPath, outPath string, opts Options) (err error) {
-	if !opts.Force {
-		if _, err := os.Lstat(outPath); err == nil {
-			return fmt.Errorf("%s already exists; use -f (Options.Force) to overwrite it", outPath)
-		}
+	if err := refuseExisting(outPath, opts.Force); err != nil {
+		return err
 	}
 	src, err := openSource(inPath)
 	if err != nil {
@@ -71,7 +69,28 @@ func Convert(ctx context.Context, inPath, outPath string, opts Options) (err err
 	if wrapSource != nil {
 		ra = wrapSource(ra)
 	}
+	return writeAtomically(ctx, outPath, opts.Force, func(tmp *os.File, wrote func(int64)) error {
+		c := &copier{ctx: ctx, ra: ra, opts: opts, written: wrote}
+		if err := c.run(src, inPath, tmp); err != nil {
+			return fmt.Errorf("converting %s: %w", inPath, err)
+		}
+		return nil
+	})
+}
 
+// refuseExisting fails, before any work, when out exists and force is off.
+func refuseExisting(out string, force bool) error {
+	if _, err := os.Lstat(out); err == nil && !force {
+		return fmt.Errorf("%s already exists; use -f (Options.Force) to overwrite it", out)
+	}
+	return nil
+}
+
+// writeAtomically runs write on a temporary file beside outPath, synced in
+// the background as it grows (wrote counts the bytes), then syncs it and
+// renames it into place; on any failure, ctx's cancellation included, the
+// temporary file is removed and outPath is left as it was.
+func writeAtomically(ctx context.Context, outPath string, force bool, write func(tmp *os.File, wrote func(int64)) error) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(outPath), filepath.Base(outPath)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("creating the output: %w", err)
@@ -83,11 +102,10 @@ func Convert(ctx context.Context, inPath, outPath string, opts Options) (err err
 		}
 	}()
 	fl := startFlusher(tmp)
-	c := &copier{ctx: ctx, ra: ra, opts: opts, written: fl.wrote}
-	err = c.run(src, inPath, tmp)
+	err = write(tmp, fl.wrote)
 	fl.stop()
 	if err != nil {
-		return fmt.Errorf("converting %s: %w", inPath, err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
@@ -98,7 +116,7 @@ func Convert(ctx context.Context, inPath, outPath string, opts Options) (err err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return install(tmp.Name(), outPath, opts.Force)
+	return install(tmp.Name(), outPath, force)
 }
 
 // openSource opens the GGUF, with a clearer message for a .jlm given twice.

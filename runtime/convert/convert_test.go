@@ -97,18 +97,6 @@ func checkSame(t *testing.T, in, out string, sha bool) {
 	}
 }
 
-func equalDims(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestConvertEveryTestdataFile(t *testing.T) {
 	dir := t.TempDir()
 	for _, in := range testdataGGUFs(t) {

@@ -1,0 +1,360 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/kernels/quant"
+	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/meta"
+	"github.com/jitllm/jitllm/runtime/safetensors"
+	"github.com/jitllm/jitllm/runtime/synth"
+	"github.com/jitllm/jitllm/runtime/weights"
+)
+
+// hfShape is a small synth shape of a preset: vocabulary 320 (the tiny
+// tokenizer's 302 tokens padded), two blocks.
+func hfShape(t *testing.T, like string) synth.Shape {
+	s, err := synth.Like(like)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Vocab, s.Embd, s.Heads, s.KVHeads, s.FF = 320, 96, 4, 2, 160
+	if s.QKNorm {
+		s.HeadDim = 32
+	} else {
+		s.HeadDim = 24
+	}
+	return s
+}
+
+// loadModel opens and loads a GGUF or .jlm.
+func loadModel(t *testing.T, path string) (*exec.Model, *meta.Map) {
+	t.Helper()
+	src, err := weights.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	m, err := exec.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, src.Meta()
+}
+
+// writeCheckpoint writes m as a Hugging Face checkpoint of shape s in dir:
+// config.json, model.safetensors (q and k rows in HF's rotary layout;
+// matrices as dtype, F16 taken as stored, BF16 rounded from them;
+// one-dimensional weights F32), the tiny tokenizer and a chat template.
+func writeCheckpoint(t *testing.T, m *exec.Model, s synth.Shape, dtype, dir string) {
+	writeCheckpointShards(t, m, s, dtype, dir, 1)
+}
+
+// writeCheckpointShards is writeCheckpoint with the tensors dealt over
+// shards files (more than one: named as transformers names them, with
+// model.safetensors.index.json).
+func writeCheckpointShards(t *testing.T, m *exec.Model, s synth.Shape, dtype, dir string, shards int) {
+	t.Helper()
+	cfg := map[string]any{
+		"model_type": s.Arch, "architectures": []string{"X"}, "vocab_size": s.Vocab, "hidden_size": s.Embd,
+		"intermediate_size": s.FF, "num_hidden_layers": 2, "num_attention_heads": s.Heads,
+		"num_key_value_heads": s.KVHeads, "rms_norm_eps": s.Eps, "rope_theta": s.RopeBase,
+		"max_position_embeddings": s.Context, "tie_word_embeddings": s.Tied, "torch_dtype": "bfloat16",
+	}
+	if s.QKNorm {
+		cfg["head_dim"] = s.HeadDim
+	}
+	writeJSON(t, filepath.Join(dir, "config.json"), cfg)
+	var ts []safetensors.WriteTensor
+	for _, w := range m.Weights {
+		if w.HF == "" {
+			continue
+		}
+		shape := make([]int64, len(w.Dims))
+		for i, d := range w.Dims {
+			shape[len(w.Dims)-1-i] = d
+		}
+		data, dt := w.Data, "F32"
+		switch {
+		case len(w.Dims) == 1:
+			if w.Type != quant.F32 {
+				t.Fatalf("%s: a %v vector", w.GGUF, w.Type)
+			}
+		case w.Type != quant.F16:
+			t.Fatalf("%s: type %v, want F16", w.GGUF, w.Type)
+		case dtype == "BF16":
+			v := make([]float32, len(w.Data)/2)
+			if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
+				t.Fatal(err)
+			}
+			data, dt = make([]byte, 2*len(v)), "BF16"
+			for i, x := range v {
+				binary.LittleEndian.PutUint16(data[2*i:], bf16(x))
+			}
+		default:
+			dt = "F16"
+		}
+		if w.Transform == dsl.RopePermute {
+			data = unpermute(data, w.Dims, w.TransformN)
+		}
+		ts = append(ts, safetensors.WriteTensor{Name: w.HF, DType: dt, Shape: shape, Data: data})
+	}
+	// one tensor no graph reads, as checkpoints carry
+	ts = append(ts, safetensors.WriteTensor{Name: "model.rotary_emb.inv_freq", DType: "F32", Shape: []int64{2}, Data: make([]byte, 8)})
+	weightMap := map[string]string{}
+	for k := range shards {
+		name := "model.safetensors"
+		if shards > 1 {
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", k+1, shards)
+		}
+		var part []safetensors.WriteTensor
+		for i := k; i < len(ts); i += shards {
+			part = append(part, ts[i])
+			weightMap[ts[i].Name] = name
+		}
+		var b bytes.Buffer
+		if err := safetensors.Write(&b, part, map[string]string{"format": "pt"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if shards > 1 {
+		writeJSON(t, filepath.Join(dir, "model.safetensors.index.json"), map[string]any{"metadata": map[string]any{}, "weight_map": weightMap})
+	}
+	tok, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "tiny.tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(dir, "tokenizer_config.json"), map[string]any{
+		"eos_token": "<|end|>", "chat_template": "{% for m in messages %}{{ m.content }}<|end|>{% endfor %}",
+	})
+}
+
+// unpermute is ropePermute's inverse: HF row h·hd + j·hd/2 + i is GGUF row
+// h·hd + 2i + j.
+func unpermute(b []byte, dims []int64, heads int) []byte {
+	rowBytes := len(b) / int(dims[1])
+	hd := int(dims[1]) / heads
+	out := make([]byte, len(b))
+	for h := range heads {
+		for i := range hd / 2 {
+			for j := range 2 {
+				src, dst := h*hd+2*i+j, h*hd+j*hd/2+i
+				copy(out[dst*rowBytes:(dst+1)*rowBytes], b[src*rowBytes:(src+1)*rowBytes])
+			}
+		}
+	}
+	return out
+}
+
+// bf16 rounds to the nearest bfloat16, ties to even (torch's .to(bfloat16)).
+func bf16(x float32) uint16 {
+	u := math.Float32bits(x)
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func logitsOf(t *testing.T, m *exec.Model, prompt []int32) []float32 {
+	t.Helper()
+	r, err := exec.NewRunner(m, exec.Options{Threads: 2, MaxBatch: len(prompt), Context: 16, LogitsAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), got...)
+}
+
+// TestConvertHFMatchesGGUF converts Hugging Face checkpoints written from
+// synth GGUFs (llama, with its rotary row permutation, and qwen3; tied and
+// untied output) and checks the .jlm computes what the GGUF does: every
+// row's logits bit for bit from F16 matrices, within bf16's rounding from
+// BF16 ones, which the .jlm keeps as BF16. It also checks the tokenizer
+// (padded to vocab_size), the chat template and the provenance keys.
+func TestConvertHFMatchesGGUF(t *testing.T) {
+	prompt := []int32{1, 17, 250, 4, 99, 3, 120}
+	for _, c := range []struct {
+		like, dtype string
+		shards      int
+	}{
+		{"llama-3.2-1b", "F16", 1}, {"qwen3-0.6b", "F16", 3}, {"llama-3.1-8b", "F16", 2}, {"llama-3.1-8b", "BF16", 1},
+	} {
+		t.Run(fmt.Sprintf("%s-%s-%d", c.like, c.dtype, c.shards), func(t *testing.T) {
+			s := hfShape(t, c.like)
+			dir := t.TempDir()
+			ggufPath := filepath.Join(dir, "model.gguf")
+			if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
+				t.Fatal(err)
+			}
+			ref, _ := loadModel(t, ggufPath)
+			ck := filepath.Join(dir, "checkpoint")
+			if err := os.Mkdir(ck, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeCheckpointShards(t, ref, s, c.dtype, ck, c.shards)
+			out := filepath.Join(dir, "model.jlm")
+			var warns []string
+			if err := ConvertHF(context.Background(), ck, out, Options{Warn: func(s string) { warns = append(warns, s) }}); err != nil {
+				t.Fatal(err)
+			}
+			if len(warns) != 1 || !strings.Contains(warns[0], "model.rotary_emb.inv_freq") {
+				t.Errorf("warnings %q, want one for the unread tensor", warns)
+			}
+			m, md := loadModel(t, out)
+			if toks, _ := md.Get("tokenizer.ggml.tokens"); toks.Len() != s.Vocab {
+				t.Errorf("%d tokens, want %d (padded)", toks.Len(), s.Vocab)
+			}
+			if tpl, _ := md.String("tokenizer.chat_template"); !strings.Contains(tpl, "m.content") {
+				t.Errorf("chat template %q", tpl)
+			}
+			if f, _ := md.String("jlm.source.format"); f != "safetensors" {
+				t.Errorf("jlm.source.format %q", f)
+			}
+			for _, w := range m.Weights {
+				if len(w.Dims) == 2 && w.Type.String() != c.dtype {
+					t.Errorf("%s is %v, want %s", w.GGUF, w.Type, c.dtype)
+				}
+			}
+			want, got := logitsOf(t, ref, prompt), logitsOf(t, m, prompt)
+			var worst, scale float64
+			for i := range want {
+				worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+				scale = math.Max(scale, math.Abs(float64(want[i])))
+			}
+			t.Logf("max |logit − GGUF's| %.3g of max |logit| %.3g", worst, scale)
+			if c.dtype == "F16" && worst != 0 || worst > 0.02*scale || math.IsNaN(worst) {
+				t.Errorf("logits differ from the GGUF's by %.3g (max |logit| %.3g)", worst, scale)
+			}
+		})
+	}
+}
+
+// TestConvertHFRefuses checks that broken checkpoints stop the conversion
+// with a reason naming what is wrong, and leave no output behind.
+func TestConvertHFRefuses(t *testing.T) {
+	s := hfShape(t, "llama-3.2-1b")
+	dir := t.TempDir()
+	ggufPath := filepath.Join(dir, "model.gguf")
+	if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := loadModel(t, ggufPath)
+	for _, c := range []struct {
+		name, want string
+		spoil      func(dir string)
+	}{
+		{"unknown model_type", "model_type", func(d string) { editConfig(t, d, "model_type", "gpt_oss") }},
+		{"no layers", "num_hidden_layers", func(d string) { editConfig(t, d, "num_hidden_layers", 0) }},
+		{"uneven groups", "key-value heads", func(d string) { editConfig(t, d, "num_key_value_heads", 3) }},
+		{"wrong width", "shape", func(d string) { editConfig(t, d, "intermediate_size", 161) }},
+		{"vocabulary too small", "vocab_size", func(d string) { editConfig(t, d, "vocab_size", 100) }},
+		{"rope scaling", "rope_scaling", func(d string) { editConfig(t, d, "rope_scaling", map[string]any{"rope_type": "yarn"}) }},
+		{"no config", "config.json", func(d string) { os.Remove(filepath.Join(d, "config.json")) }},
+		{"no tokenizer", "tokenizer.json", func(d string) { os.Remove(filepath.Join(d, "tokenizer.json")) }},
+		{"no weights", "safetensors", func(d string) { os.Remove(filepath.Join(d, "model.safetensors")) }},
+		{"a shard missing", "model-00002-of-00002", func(d string) {
+			os.Rename(filepath.Join(d, "model.safetensors"), filepath.Join(d, "model-00001-of-00002.safetensors"))
+			writeJSON(t, filepath.Join(d, "model.safetensors.index.json"), map[string]any{"weight_map": map[string]string{
+				"model.norm.weight": "model-00001-of-00002.safetensors", "lm_head.weight": "model-00002-of-00002.safetensors"}})
+		}},
+		{"a tensor twice", "both", func(d string) {
+			b, _ := os.ReadFile(filepath.Join(d, "model.safetensors"))
+			os.WriteFile(filepath.Join(d, "copy.safetensors"), b, 0o644)
+		}},
+		{"truncated weights", "model.safetensors", func(d string) {
+			p := filepath.Join(d, "model.safetensors")
+			st, _ := os.Stat(p)
+			os.Truncate(p, st.Size()-100)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ck := t.TempDir()
+			writeCheckpoint(t, ref, s, "F16", ck)
+			c.spoil(ck)
+			out := filepath.Join(t.TempDir(), "out.jlm")
+			err := ConvertHF(context.Background(), ck, out, Options{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one about %s", err, c.want)
+			}
+			if left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), "*")); len(left) != 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+}
+
+func editConfig(t *testing.T, dir, key string, v any) {
+	t.Helper()
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg[key] = v
+	writeJSON(t, p, cfg)
+}
+
+// TestRopeFactorsLlama3 checks rope_freqs.weight for Llama 3.1's
+// rope_scaling against values computed independently: below the high
+// frequency wavelength 1, above the low one the factor, between the
+// smooth interpolation.
+func TestRopeFactorsLlama3(t *testing.T) {
+	ck := &checkpoint{cfg: hfConfig{HiddenSize: 4096, Heads: 32, RopeTheta: 500000, RopeScaling: map[string]any{
+		"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0,
+	}}}
+	f := ck.ropeFactors()
+	if len(f) != 64 {
+		t.Fatalf("%d factors, want 64", len(f))
+	}
+	for i, v := range f {
+		wave := 2 * math.Pi * math.Pow(500000, float64(2*i)/128)
+		var want float64
+		switch {
+		case wave < 8192/4.0:
+			want = 1
+		case wave > 8192:
+			want = 8
+		default:
+			s := (8192/wave - 1) / 3
+			want = 1 / ((1-s)/8 + s)
+		}
+		if math.Abs(float64(v)-want) > 1e-5*want {
+			t.Errorf("factor %d: %v, want %v", i, v, want)
+		}
+	}
+	if f[0] != 1 || f[63] != 8 {
+		t.Errorf("ends %v, %v: want 1 and 8", f[0], f[63])
+	}
+}
