@@ -4,7 +4,8 @@
 #   scripts/gpu-check.sh build   here (no GPU needed): the GPU test binaries and jitllm, built static
 #                                into .devbin/ (git-ignored), xz-compressed to travel (device tool: carry .devbin)
 #   scripts/gpu-check.sh run     on the GPU host, from the repository root: every GPU test of runtime/cuda,
-#                                runtime/gpuexec and runtime/sched, then synth models and jitllm speed on one
+#                                runtime/gpuexec and runtime/sched, the transformers references of graphs and
+#                                runtime/convert, then synth models and jitllm speed on one
 #                                device and split over two stages; the log to $OUT/gpu-check.log (or stdout)
 #
 # GPU_CHECK_TESTS (a -test.run pattern, default GPU|Kernels|NoDriver) and GPU_CHECK_SPEED=0 (tests only)
@@ -18,6 +19,9 @@ build)
 	for p in cuda gpuexec sched; do
 		CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/$p.test" "./runtime/$p"
 	done
+	# the transformers references (python3 with torch there): the graphs and the HF converter
+	CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/graphs.test" ./graphs
+	CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/convert.test" ./runtime/convert
 	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$bin/jitllm" ./cmd/jitllm
 	rm -f "$bin"/*.xz
 	xz -T0 -9 "$bin"/*.test "$bin/jitllm"
@@ -39,6 +43,11 @@ run)
 		for p in cuda gpuexec sched; do
 			echo "== runtime/$p"
 			(cd "$root/runtime/$p" && "$B/$p.test" -test.v -test.timeout 480s -test.run "$tests" 2>&1 |
+				grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true)
+		done
+		for d in graphs runtime/convert; do
+			echo "== $d against transformers"
+			(cd "$root/$d" && "$B/$(basename "$d").test" -test.v -test.timeout 300s -test.run 'Transformers' 2>&1 |
 				grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true)
 		done
 		# the prefill products on wgmma (sm_90a), not yet the default: the whole runner with them

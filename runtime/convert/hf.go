@@ -53,6 +53,27 @@ type hfConfig struct {
 	MaxPositions      int            `json:"max_position_embeddings"`
 	TieWordEmbeddings bool           `json:"tie_word_embeddings"`
 	RopeScaling       map[string]any `json:"rope_scaling"`
+	RopeParameters    map[string]any `json:"rope_parameters"` // transformers 5: rope_theta and the scaling together
+}
+
+// normalize reads the rotary settings wherever the config's transformers
+// version put them: rope_theta and rope_scaling at the top (4.x, the
+// scaling's type as "rope_type" or, older, "type") or in rope_parameters
+// (5.x).
+func (c *hfConfig) normalize() {
+	if rp := c.RopeParameters; rp != nil {
+		if v, ok := rp["rope_theta"].(float64); ok && c.RopeTheta == 0 {
+			c.RopeTheta = v
+		}
+		if typ, _ := rp["rope_type"].(string); c.RopeScaling == nil && typ != "" && typ != "default" {
+			c.RopeScaling = rp
+		}
+	}
+	if rs := c.RopeScaling; rs != nil {
+		if _, ok := rs["rope_type"]; !ok {
+			rs["rope_type"] = rs["type"]
+		}
+	}
 }
 
 // hfArchitectures maps a config's model_type to the GGUF architecture
@@ -110,6 +131,7 @@ func openCheckpoint(dir string) (*checkpoint, error) {
 	if err := json.Unmarshal(b, &ck.cfg); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
+	ck.cfg.normalize()
 	if err := ck.readShards(); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -356,5 +357,123 @@ func TestRopeFactorsLlama3(t *testing.T) {
 	}
 	if f[0] != 1 || f[63] != 8 {
 		t.Errorf("ends %v, %v: want 1 and 8", f[0], f[63])
+	}
+}
+
+// TestConvertHFMatchesTransformers gates ConvertHF against transformers
+// itself: a random-initialized llama (tied, and with Llama 3's rope
+// scaling, which ConvertHF turns into rope_freqs.weight) and qwen3 saved
+// with save_pretrained, converted, and every row's logits of a prompt
+// compared with the model's own. It needs python3 with torch and
+// transformers (the GPU machine has them) and skips, saying so, where they
+// are absent.
+func TestConvertHFMatchesTransformers(t *testing.T) {
+	py, err := osexec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3: the transformers reference cannot run here")
+	}
+	if err := osexec.Command(py, "-c", "import torch, transformers").Run(); err != nil {
+		t.Skipf("python3 lacks torch or transformers (%v): the reference cannot run here", err)
+	}
+	tok, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "tiny.tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int32{1, 17, 250, 4, 99, 3, 120, 7, 64, 200}
+	base := map[string]any{
+		"vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+		"num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+		"max_position_embeddings": 64, "tie_word_embeddings": true, "attention_bias": false, "mlp_bias": false,
+	}
+	with := func(kv map[string]any) map[string]any {
+		c := map[string]any{}
+		for k, v := range base {
+			c[k] = v
+		}
+		for k, v := range kv {
+			c[k] = v
+		}
+		return c
+	}
+	for _, c := range []struct {
+		name, modelType string
+		config          map[string]any
+	}{
+		{"llama", "llama", base},
+		{"llama-untied-rope-scaling", "llama", with(map[string]any{"tie_word_embeddings": false, "rope_scaling": map[string]any{
+			"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}})},
+		{"qwen3", "qwen3", with(map[string]any{"head_dim": 32, "rope_theta": 1000000.0, "use_sliding_window": false})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ck := t.TempDir()
+			cfg, _ := json.Marshal(c.config)
+			pj, _ := json.Marshal(prompt)
+			cmd := osexec.Command(py, filepath.Join("testdata", "hf_checkpoint.py"), ck, c.modelType, string(cfg), string(pj))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("hf_checkpoint.py: %v\n%s", err, stderr.String())
+			}
+			var ref struct {
+				Logits       [][]float64 `json:"logits"`
+				Transformers string      `json:"transformers"`
+			}
+			if err := json.Unmarshal(out, &ref); err != nil {
+				t.Fatalf("hf_checkpoint.py output: %v", err)
+			}
+			if err := os.WriteFile(filepath.Join(ck, "tokenizer.json"), tok, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			jl := filepath.Join(t.TempDir(), "m.jlm")
+			if err := ConvertHF(context.Background(), ck, jl, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := loadModel(t, jl)
+			got := logitsOf(t, m, prompt)
+			vocab := 320
+			if len(ref.Logits) != len(prompt) || len(got) != len(prompt)*vocab {
+				t.Fatalf("%d reference rows, %d logits", len(ref.Logits), len(got))
+			}
+			var worst, scale float64
+			for pos, want := range ref.Logits {
+				for i, w := range want {
+					worst = math.Max(worst, math.Abs(float64(got[pos*vocab+i])-w))
+					scale = math.Max(scale, math.Abs(w))
+				}
+			}
+			t.Logf("transformers %s: max |logit − reference| %.3g of max |logit| %.3g", ref.Transformers, worst, scale)
+			if worst > 0.003*scale || scale == 0 || math.IsNaN(worst) {
+				t.Errorf("logits differ from transformers' by %.3g (max |logit| %.3g)", worst, scale)
+			}
+		})
+	}
+}
+
+// A config's rotary settings are read where each transformers version
+// writes them.
+func TestHFConfigRopeForms(t *testing.T) {
+	for _, c := range []struct {
+		json      string
+		theta     float64
+		scaleType any
+	}{
+		{`{"rope_theta": 500000, "rope_scaling": {"rope_type": "llama3", "factor": 8}}`, 500000, "llama3"},
+		{`{"rope_theta": 10000, "rope_scaling": {"type": "linear", "factor": 2}}`, 10000, "linear"},
+		{`{"rope_parameters": {"rope_theta": 1000000, "rope_type": "default"}}`, 1000000, nil},
+		{`{"rope_parameters": {"rope_theta": 500000, "rope_type": "llama3", "factor": 8}}`, 500000, "llama3"},
+	} {
+		var cfg hfConfig
+		if err := json.Unmarshal([]byte(c.json), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg.normalize()
+		var typ any
+		if cfg.RopeScaling != nil {
+			typ = cfg.RopeScaling["rope_type"]
+		}
+		if cfg.RopeTheta != c.theta || typ != c.scaleType {
+			t.Errorf("%s: theta %v, scaling %v; want %v, %v", c.json, cfg.RopeTheta, typ, c.theta, c.scaleType)
+		}
 	}
 }
