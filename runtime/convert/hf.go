@@ -238,6 +238,9 @@ func (ck *checkpoint) metadata() (*meta.Map, error) {
 			return nil, fmt.Errorf("config.json: %s is %d", f.name, f.v)
 		}
 	}
+	if c.Layers > len(ck.tensors) { // each block has weights: bounds the graph built from the count
+		return nil, fmt.Errorf("config.json: num_hidden_layers %d, but the checkpoint holds %d tensors", c.Layers, len(ck.tensors))
+	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads
 	}
@@ -282,6 +285,15 @@ func (ck *checkpoint) metadata() (*meta.Map, error) {
 		return nil, fmt.Errorf("config.json: rope_scaling type %q is not supported (linear and llama3 are)", typ)
 	}
 	md.Set(key("vocab_size"), meta.U32(uint32(c.VocabSize)))
+	// the embedding's rows are the vocabulary (and bound the tokenizer's
+	// padding: vocab_size is input)
+	if tab, _ := tableOf(arch); tab != nil {
+		if hf, ok := tab.HFName("token_embd.weight"); ok {
+			if t, ok := ck.tensors[hf]; ok && (len(t.Shape) != 2 || t.Shape[0] != int64(c.VocabSize)) {
+				return nil, fmt.Errorf("config.json: vocab_size %d, but %s has shape %v", c.VocabSize, hf, t.Shape)
+			}
+		}
+	}
 	if err := ck.tokenizerMeta(md); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ import (
 
 // hfShape is a small synth shape of a preset: vocabulary 320 (the tiny
 // tokenizer's 302 tokens padded), two blocks.
-func hfShape(t *testing.T, like string) synth.Shape {
+func hfShape(t testing.TB, like string) synth.Shape {
 	s, err := synth.Like(like)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func hfShape(t *testing.T, like string) synth.Shape {
 }
 
 // loadModel opens and loads a GGUF or .jlm.
-func loadModel(t *testing.T, path string) (*exec.Model, *meta.Map) {
+func loadModel(t testing.TB, path string) (*exec.Model, *meta.Map) {
 	t.Helper()
 	src, err := weights.Open(path)
 	if err != nil {
@@ -57,14 +57,14 @@ func loadModel(t *testing.T, path string) (*exec.Model, *meta.Map) {
 // config.json, model.safetensors (q and k rows in HF's rotary layout;
 // matrices as dtype, F16 taken as stored, BF16 rounded from them;
 // one-dimensional weights F32), the tiny tokenizer and a chat template.
-func writeCheckpoint(t *testing.T, m *exec.Model, s synth.Shape, dtype, dir string) {
+func writeCheckpoint(t testing.TB, m *exec.Model, s synth.Shape, dtype, dir string) {
 	writeCheckpointShards(t, m, s, dtype, dir, 1)
 }
 
 // writeCheckpointShards is writeCheckpoint with the tensors dealt over
 // shards files (more than one: named as transformers names them, with
 // model.safetensors.index.json).
-func writeCheckpointShards(t *testing.T, m *exec.Model, s synth.Shape, dtype, dir string, shards int) {
+func writeCheckpointShards(t testing.TB, m *exec.Model, s synth.Shape, dtype, dir string, shards int) {
 	t.Helper()
 	cfg := map[string]any{
 		"model_type": s.Arch, "architectures": []string{"X"}, "vocab_size": s.Vocab, "hidden_size": s.Embd,
@@ -169,7 +169,7 @@ func bf16(x float32) uint16 {
 	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
 }
 
-func writeJSON(t *testing.T, path string, v any) {
+func writeJSON(t testing.TB, path string, v any) {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -476,4 +476,53 @@ func TestHFConfigRopeForms(t *testing.T) {
 			t.Errorf("%s: theta %v, scaling %v; want %v, %v", c.json, cfg.RopeTheta, typ, c.theta, c.scaleType)
 		}
 	}
+}
+
+// FuzzHFConfig feeds config.json variants to a checkpoint that is
+// otherwise whole: openCheckpoint must refuse or accept without panicking,
+// and what it accepts must name an architecture with a graph and the
+// config's layer count.
+func FuzzHFConfig(f *testing.F) {
+	s := hfShape(f, "llama-3.2-1b")
+	dir := f.TempDir()
+	ggufPath := filepath.Join(dir, "model.gguf")
+	if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
+		f.Fatal(err)
+	}
+	ref, _ := loadModel(f, ggufPath)
+	ck := filepath.Join(dir, "ck")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		f.Fatal(err)
+	}
+	writeCheckpoint(f, ref, s, "F16", ck)
+	valid, err := os.ReadFile(filepath.Join(ck, "config.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(valid)
+	f.Add([]byte(`{"model_type": "llama", "hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 160, "vocab_size": 320, "rope_parameters": {"rope_theta": 1e6, "rope_type": "llama3", "factor": 8}}`))
+	f.Add([]byte(`{"model_type": "qwen3", "hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 0, "head_dim": -5, "intermediate_size": 160, "vocab_size": 320}`))
+	f.Add([]byte(`{"model_type": "llama", "rope_scaling": {"type": null}}`))
+	f.Add([]byte(`[1, 2`))
+	f.Fuzz(func(t *testing.T, cfg []byte) {
+		d := t.TempDir()
+		for _, name := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+			if err := os.Symlink(filepath.Join(ck, name), filepath.Join(d, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, "config.json"), cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := openCheckpoint(d)
+		if err != nil {
+			return
+		}
+		if _, ok := tableOf(c.arch); !ok {
+			t.Fatalf("accepted architecture %q without a graph", c.arch)
+		}
+		if n, _ := c.md.Uint(c.arch + ".block_count"); int(n) != c.cfg.Layers || c.g.Layers != c.cfg.Layers {
+			t.Fatalf("block_count %d, graph %d blocks, config %d layers", n, c.g.Layers, c.cfg.Layers)
+		}
+	})
 }
