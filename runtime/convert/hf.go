@@ -307,26 +307,36 @@ func (ck *checkpoint) headDim() int {
 	return ck.cfg.HiddenSize / ck.cfg.Heads
 }
 
-// tokenizerMeta adds the tokenizer (tokenizer.json and
-// tokenizer_config.json, as convert_hf_to_gguf.py reads them: the
+// tokenizerMeta adds the tokenizer (tokenizer.model or tokenizer.json,
+// with tokenizer_config.json, as convert_hf_to_gguf.py reads them: the
 // vocabulary padded to config.json's vocab_size) and the chat templates.
 func (ck *checkpoint) tokenizerMeta(md *meta.Map) error {
-	tj, err := readBounded(filepath.Join(ck.dir, "tokenizer.json"))
-	if err != nil {
-		return err
-	}
 	var tc []byte
 	if b, err := readBounded(filepath.Join(ck.dir, "tokenizer_config.json")); err == nil {
 		tc = b
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	tm, err := tokenizer.MetaFromHFJSON(tj, tc)
-	if err != nil {
+	// a SentencePiece model first (Llama 2, Mistral), as
+	// convert_hf_to_gguf.py tries it first; else tokenizer.json's BPE
+	var tm *meta.Map
+	if sp, err := readBounded(filepath.Join(ck.dir, "tokenizer.model")); err == nil {
+		if tm, err = tokenizer.MetaFromSentencePiece(sp, tc, ck.cfg.VocabSize); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
+	} else {
+		tj, err := readBounded(filepath.Join(ck.dir, "tokenizer.json"))
+		if err != nil {
+			return fmt.Errorf("the checkpoint has neither tokenizer.model nor tokenizer.json: %w", err)
+		}
+		if tm, err = tokenizer.MetaFromHFJSON(tj, tc); err != nil {
+			return err
+		}
 	}
 	for _, kv := range tm.All() {
-		v := kv.Value
+		v, err := kv.Value, error(nil)
 		switch kv.Key {
 		case "tokenizer.ggml.tokens", "tokenizer.ggml.token_type":
 			if v, err = padVocab(kv.Key, v, ck.cfg.VocabSize); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/jitllm/jitllm/runtime/meta"
 	"github.com/jitllm/jitllm/runtime/safetensors"
 	"github.com/jitllm/jitllm/runtime/synth"
+	"github.com/jitllm/jitllm/runtime/tokenizer"
+	"github.com/jitllm/jitllm/runtime/tokenizer/tokenizertest"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
 
@@ -525,4 +528,87 @@ func FuzzHFConfig(f *testing.F) {
 			t.Fatalf("block_count %d, graph %d blocks, config %d layers", n, c.g.Layers, c.cfg.Layers)
 		}
 	})
+}
+
+// TestConvertHFStories260K makes a Llama 2 style checkpoint (F32 weights,
+// tokenizer.model: a SentencePiece model) of testdata/stories260K.gguf, the
+// model llama.cpp's goldens are of, and checks the converted .jlm keeps its
+// tokenizer (tokens, scores, types, special ids), encodes a prompt as the
+// GGUF does and computes the same logits bit for bit.
+func TestConvertHFStories260K(t *testing.T) {
+	const gguf = "../../testdata/stories260K.gguf"
+	ref, md := loadModel(t, gguf)
+	ck := t.TempDir()
+	u := func(k string) int {
+		v, ok := md.Uint("llama." + k)
+		if !ok {
+			t.Fatalf("stories260K lacks llama.%s", k)
+		}
+		return int(v)
+	}
+	eps, _ := md.Float("llama.attention.layer_norm_rms_epsilon")
+	toks, _ := md.Get("tokenizer.ggml.tokens")
+	writeJSON(t, filepath.Join(ck, "config.json"), map[string]any{
+		"model_type": "llama", "vocab_size": toks.Len(), "hidden_size": u("embedding_length"), "intermediate_size": u("feed_forward_length"),
+		"num_hidden_layers": u("block_count"), "num_attention_heads": u("attention.head_count"), "num_key_value_heads": u("attention.head_count_kv"),
+		"rms_norm_eps": eps, "max_position_embeddings": u("context_length"), "tie_word_embeddings": false,
+	})
+	var ts []safetensors.WriteTensor
+	for _, w := range ref.Weights {
+		if w.HF == "" {
+			continue
+		}
+		if w.Type != quant.F32 {
+			t.Fatalf("%s is %v", w.GGUF, w.Type)
+		}
+		shape := make([]int64, len(w.Dims))
+		for i, d := range w.Dims {
+			shape[len(w.Dims)-1-i] = d
+		}
+		data := w.Data
+		if w.Transform == dsl.RopePermute {
+			data = unpermute(data, w.Dims, w.TransformN)
+		}
+		ts = append(ts, safetensors.WriteTensor{Name: w.HF, DType: "F32", Shape: shape, Data: data})
+	}
+	var b bytes.Buffer
+	if err := safetensors.Write(&b, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ck, "model.safetensors"), b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ck, "tokenizer.model"), tokenizertest.SentencePiece(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(ck, "tokenizer_config.json"), map[string]any{"add_bos_token": true, "add_eos_token": false})
+	out := filepath.Join(t.TempDir(), "stories.jlm")
+	if err := ConvertHF(context.Background(), ck, out, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, got := loadModel(t, out)
+	for _, key := range []string{"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+		"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"} {
+		w, _ := md.Get(key)
+		g, ok := got.Get(key)
+		if !ok || !g.Equal(w) {
+			t.Errorf("%s = %.60s, want %.60s", key, g.String(), w.String())
+		}
+	}
+	wt, err := tokenizer.FromMeta(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt, err := tokenizer.FromMeta(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err1 := wt.Encode("Once upon a time, there was a little girl", true, false)
+	prompt, err2 := gt.Encode("Once upon a time, there was a little girl", true, false)
+	if err1 != nil || err2 != nil || !slices.Equal(prompt, want) {
+		t.Fatalf("the prompt encodes to %v (%v), the GGUF's to %v (%v)", prompt, err2, want, err1)
+	}
+	if a, b := logitsOf(t, ref, prompt), logitsOf(t, m, prompt); !slices.Equal(a, b) {
+		t.Error("logits differ from the GGUF's")
+	}
 }
