@@ -404,17 +404,19 @@ func padVocab(key string, v meta.Value, n int) (meta.Value, error) {
 // ropeFactors is llama 3's rope_freqs.weight (rope_scaling of type
 // "llama3"), as convert_hf_to_gguf.py computes it: each rotary frequency's
 // divisor, 1 for short wavelengths, factor for long ones, interpolated
-// between; nil without such scaling.
+// between; nil without such scaling. The script works on float32 torch
+// tensors, so each step here is a float32 operation too (the same bits
+// where powf rounds as the float64 power does).
 func (ck *checkpoint) ropeFactors() []float32 {
 	rs := ck.cfg.RopeScaling
 	if typ, _ := rs["rope_type"].(string); typ != "llama3" {
 		return nil
 	}
-	num := func(k string, def float64) float64 {
+	num := func(k string, def float64) float32 {
 		if v, ok := rs[k].(float64); ok {
-			return v
+			return float32(v)
 		}
-		return def
+		return float32(def)
 	}
 	factor, low, high := num("factor", 8), num("low_freq_factor", 1), num("high_freq_factor", 4)
 	old := num("original_max_position_embeddings", 8192)
@@ -426,16 +428,16 @@ func (ck *checkpoint) ropeFactors() []float32 {
 	lowWave, highWave := old/low, old/high
 	out := make([]float32, dim/2)
 	for i := range out {
-		freq := 1 / math.Pow(base, float64(float32(2*i)/float32(dim)))
-		wave := 2 * math.Pi / freq
+		freq := 1 / float32(math.Pow(base, float64(float32(2*i)/float32(dim))))
+		wave := float32(2*math.Pi) / freq
 		switch {
 		case wave < highWave:
 			out[i] = 1
 		case wave > lowWave:
-			out[i] = float32(factor)
+			out[i] = factor
 		default:
 			smooth := (old/wave - low) / (high - low)
-			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+			out[i] = 1 / ((1-smooth)/factor + smooth)
 		}
 	}
 	return out
