@@ -517,6 +517,7 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, w
 	for _, kv := range ck.md.All() {
 		md.Set(kv.Key, kv.Value)
 	}
+	md.Set("general.file_type", meta.U32(fileType(w.Tensors())))
 	if err := ck.provenance(md); err != nil {
 		return err
 	}
@@ -530,6 +531,24 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, w
 		}
 	}
 	return w.Finish(md)
+}
+
+// fileType is llama.cpp's general.file_type of the matrices' float type
+// (the one most of them have): all F32 0, F16 1, BF16 32.
+func fileType(ts []jlm.TensorInfo) uint32 {
+	count := map[quant.Type]int{}
+	for _, t := range ts {
+		if len(t.Dims) == 2 {
+			count[t.Type]++
+		}
+	}
+	switch {
+	case count[quant.BF16] > count[quant.F16] && count[quant.BF16] > count[quant.F32]:
+		return 32
+	case count[quant.F16] > count[quant.F32]:
+		return 1
+	}
+	return 0
 }
 
 // convertTensor writes one weight: its float type kept (one-dimensional

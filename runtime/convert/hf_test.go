@@ -242,6 +242,9 @@ func TestConvertHFMatchesGGUF(t *testing.T) {
 			if f, _ := md.String("jlm.source.format"); f != "safetensors" {
 				t.Errorf("jlm.source.format %q", f)
 			}
+			if ft, _ := md.Uint("general.file_type"); ft != map[string]uint64{"F16": 1, "BF16": 32}[c.dtype] {
+				t.Errorf("general.file_type %d for %s matrices", ft, c.dtype)
+			}
 			for _, w := range m.Weights {
 				if len(w.Dims) == 2 && w.Type.String() != c.dtype {
 					t.Errorf("%s is %v, want %s", w.GGUF, w.Type, c.dtype)
