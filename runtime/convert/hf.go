@@ -345,16 +345,30 @@ func (ck *checkpoint) tokenizerMeta(md *meta.Map) error {
 		}
 		md.Set(kv.Key, v)
 	}
-	if tc == nil {
-		return nil
-	}
+	return ck.chatTemplates(md, tc)
+}
+
+// chatTemplates adds the checkpoint's chat templates: tokenizer_config.json's
+// chat_template (a string, or named templates: "default" is the template,
+// the others tokenizer.chat_template.<name>), or, where newer transformers
+// save it, chat_template.jinja beside it.
+func (ck *checkpoint) chatTemplates(md *meta.Map, tc []byte) error {
 	var cfg struct {
 		ChatTemplate json.RawMessage `json:"chat_template"`
 	}
-	if err := json.Unmarshal(tc, &cfg); err != nil {
-		return fmt.Errorf("tokenizer_config.json: %w", err)
+	if tc != nil {
+		if err := json.Unmarshal(tc, &cfg); err != nil {
+			return fmt.Errorf("tokenizer_config.json: %w", err)
+		}
 	}
 	if len(cfg.ChatTemplate) == 0 || string(cfg.ChatTemplate) == "null" {
+		b, err := readBounded(filepath.Join(ck.dir, "chat_template.jinja"))
+		switch {
+		case err == nil:
+			md.Set("tokenizer.chat_template", meta.Str(string(b)))
+		case !errors.Is(err, os.ErrNotExist):
+			return err
+		}
 		return nil
 	}
 	var one string

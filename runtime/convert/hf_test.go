@@ -615,3 +615,38 @@ func TestConvertHFStories260K(t *testing.T) {
 		t.Error("logits differ from the GGUF's")
 	}
 }
+
+// The chat templates come from tokenizer_config.json (a string, or named
+// templates) or, where newer transformers save it, chat_template.jinja.
+func TestConvertHFChatTemplates(t *testing.T) {
+	for name, c := range map[string]struct {
+		config, jinja string
+		want          map[string]string
+	}{
+		"string":      {`{"chat_template": "A"}`, "", map[string]string{"tokenizer.chat_template": "A"}},
+		"named":       {`{"chat_template": [{"name": "default", "template": "A"}, {"name": "tool_use", "template": "T"}]}`, "", map[string]string{"tokenizer.chat_template": "A", "tokenizer.chat_template.tool_use": "T"}},
+		"jinja":       {`{"add_bos_token": true}`, "J {{ x }}", map[string]string{"tokenizer.chat_template": "J {{ x }}"}},
+		"config wins": {`{"chat_template": "A"}`, "J", map[string]string{"tokenizer.chat_template": "A"}},
+		"none":        {`{}`, "", map[string]string{"tokenizer.chat_template": ""}},
+	} {
+		dir := t.TempDir()
+		if c.jinja != "" {
+			if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(c.jinja), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ck := &checkpoint{dir: dir}
+		md := &meta.Map{}
+		if err := ck.chatTemplates(md, []byte(c.config)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for key, want := range c.want {
+			if got, _ := md.String(key); got != want {
+				t.Errorf("%s: %s = %q, want %q", name, key, got, want)
+			}
+		}
+	}
+	if err := (&checkpoint{dir: t.TempDir()}).chatTemplates(&meta.Map{}, []byte(`{"chat_template": 5}`)); err == nil {
+		t.Error("a numeric chat_template accepted")
+	}
+}
