@@ -172,7 +172,7 @@ func tableOf(arch string) (*dsl.Table, bool) {
 }
 
 // readShards parses every safetensors file of the checkpoint: the shards
-// of model.safetensors.index.json, else every *.safetensors in dir.
+// of model.safetensors.index.json, else every model*.safetensors in dir.
 func (ck *checkpoint) readShards() error {
 	var names []string
 	index := filepath.Join(ck.dir, "model.safetensors.index.json")
@@ -189,7 +189,10 @@ func (ck *checkpoint) readShards() error {
 			}
 		}
 	} else {
-		m, err := filepath.Glob(filepath.Join(ck.dir, "*.safetensors"))
+		// model*.safetensors, as convert_hf_to_gguf.py takes (Mistral's
+		// repositories also hold consolidated.safetensors, the same weights
+		// under other names)
+		m, err := filepath.Glob(filepath.Join(ck.dir, "model*.safetensors"))
 		if err != nil {
 			return err
 		}
@@ -198,7 +201,7 @@ func (ck *checkpoint) readShards() error {
 		}
 	}
 	if len(names) == 0 {
-		return fmt.Errorf("%s holds no .safetensors file", ck.dir)
+		return fmt.Errorf("%s holds no model*.safetensors file", ck.dir)
 	}
 	sort.Strings(names)
 	ck.shards = names

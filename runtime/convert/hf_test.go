@@ -113,6 +113,11 @@ func writeCheckpointShards(t testing.TB, m *exec.Model, s synth.Shape, dtype, di
 		}
 		ts = append(ts, safetensors.WriteTensor{Name: w.HF, DType: dt, Shape: shape, Data: data})
 	}
+	// Mistral's repositories hold consolidated.safetensors beside the
+	// shards: not part of the checkpoint
+	if err := os.WriteFile(filepath.Join(dir, "consolidated.safetensors"), []byte("not read"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// one tensor no graph reads, as checkpoints carry
 	ts = append(ts, safetensors.WriteTensor{Name: "model.rotary_emb.inv_freq", DType: "F32", Shape: []int64{2}, Data: make([]byte, 8)})
 	weightMap := map[string]string{}
@@ -294,7 +299,7 @@ func TestConvertHFRefuses(t *testing.T) {
 		}},
 		{"a tensor twice", "both", func(d string) {
 			b, _ := os.ReadFile(filepath.Join(d, "model.safetensors"))
-			os.WriteFile(filepath.Join(d, "copy.safetensors"), b, 0o644)
+			os.WriteFile(filepath.Join(d, "model-copy.safetensors"), b, 0o644)
 		}},
 		{"truncated weights", "model.safetensors", func(d string) {
 			p := filepath.Join(d, "model.safetensors")
