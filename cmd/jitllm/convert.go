@@ -20,7 +20,7 @@ import (
 
 func init() {
 	root.AddCommand(&cobra.Command{
-		Use:   "convert IN.gguf|HF-DIR OUT.jlm [-f] [-sha256]",
+		Use:   "convert IN.gguf|HF-DIR OUT.jlm [-f] [-sha256] [-type f32|f16|bf16]",
 		Short: "convert a GGUF file or a Hugging Face checkpoint into a .jlm container (docs/format.md)",
 		Long: `convert copies a GGUF file's metadata and tensors, byte for byte, into a .jlm
 container: tensors 4096-aligned, each with a CRC-32C, experts addressable one by one.
@@ -31,7 +31,9 @@ weights in their own float type (F32, F16, BF16).
 The output appears only when complete; an interrupted conversion leaves nothing.
 
   -f        overwrite OUT if it exists
-  -sha256   also record the source's SHA-256 (jlm.source.sha256); slower`,
+  -sha256   also record the source's SHA-256 (jlm.source.sha256); slower
+  -type T   a checkpoint's matrices as f32, f16 or bf16 (llama.cpp's --outtype; default:
+            each its own; the CUDA runner multiplies f32 and f16, not yet bf16)`,
 		DisableFlagsInUseLine: true,
 		DisableFlagParsing:    true, // std flag syntax: -f, -sha256 (or --sha256), anywhere
 		RunE: func(c *cobra.Command, args []string) error {
@@ -60,6 +62,7 @@ func runConvert(ctx context.Context, w io.Writer, tty bool, args []string) error
 	fs.SetOutput(io.Discard)
 	force := fs.Bool("f", false, "overwrite the output")
 	sha := fs.Bool("sha256", false, "record the source's SHA-256")
+	mtype := fs.String("type", "", "a checkpoint's matrices as f32, f16 or bf16")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -75,7 +78,7 @@ func runConvert(ctx context.Context, w io.Writer, tty bool, args []string) error
 	start := time.Now()
 	var warnings []string
 	warn := func(s string) { warnings = append(warnings, s) }
-	opts := convert.Options{Force: *force, SourceSHA256: *sha, Progress: p.update, Warn: warn}
+	opts := convert.Options{Force: *force, SourceSHA256: *sha, Progress: p.update, Warn: warn, MatrixType: *mtype}
 	if st, err := os.Stat(in); err == nil && st.IsDir() && !convert.IsHFCheckpoint(in) {
 		return fmt.Errorf("%s is a directory without a config.json: not a Hugging Face checkpoint", in)
 	}
@@ -84,6 +87,8 @@ func runConvert(ctx context.Context, w io.Writer, tty bool, args []string) error
 			return errors.New("-sha256 records a single source file's hash; a Hugging Face checkpoint is a directory")
 		}
 		err = convert.ConvertHF(ctx, in, out, opts)
+	} else if *mtype != "" {
+		return errors.New("-type converts a Hugging Face checkpoint's matrices; a GGUF's tensors are copied as they are")
 	} else {
 		err = convert.Convert(ctx, in, out, opts)
 	}

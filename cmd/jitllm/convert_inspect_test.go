@@ -146,4 +146,14 @@ func TestConvertTakesHFCheckpoint(t *testing.T) {
 	if err := runConvert(context.Background(), io.Discard, false, []string{ck, out, "-sha256"}); err == nil || !strings.Contains(err.Error(), "sha256") {
 		t.Errorf("-sha256 on a checkpoint: %v", err)
 	}
+	if err := runConvert(context.Background(), io.Discard, false, []string{ck, out, "-type", "q4"}); err == nil || !strings.Contains(err.Error(), "matrix type") {
+		t.Errorf("-type q4 on a checkpoint: %v", err)
+	}
+	if err := runConvert(context.Background(), io.Discard, false, []string{stories, out, "-type", "f16"}); err == nil || !strings.Contains(err.Error(), "-type") {
+		t.Errorf("-type on a GGUF: %v", err)
+	}
+	dir := t.TempDir()
+	if err := runConvert(context.Background(), io.Discard, false, []string{dir, out}); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("a directory without config.json: %v", err)
+	}
 }

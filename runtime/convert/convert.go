@@ -42,6 +42,11 @@ type Options struct {
 	// Warn, if set, receives what the conversion noticed but did not stop
 	// for (tensors no graph reads, an architecture without a graph).
 	Warn func(string)
+	// MatrixType, for a Hugging Face checkpoint, is the float type its
+	// matrices are written in: "f32", "f16" or "bf16" (llama.cpp's
+	// convert_hf_to_gguf.py --outtype); "" keeps each one's own. Vectors
+	// are F32 either way. A GGUF's tensors are always copied as they are.
+	MatrixType string
 }
 
 // wrapSource lets tests inject a failing reader; nil in normal use.

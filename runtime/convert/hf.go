@@ -86,6 +86,9 @@ func ConvertHF(ctx context.Context, dir, outPath string, opts Options) error {
 	if err := refuseExisting(outPath, opts.Force); err != nil {
 		return err
 	}
+	if _, err := matrixType(opts.MatrixType); err != nil {
+		return err
+	}
 	ck, err := openCheckpoint(dir)
 	if err != nil {
 		return err
@@ -474,6 +477,10 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, w
 			total += t.Size
 		}
 	}
+	outType, err := matrixType(opts.MatrixType)
+	if err != nil {
+		return err
+	}
 	files := map[string]*os.File{}
 	defer func() {
 		for _, f := range files {
@@ -509,7 +516,7 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, w
 			}
 			files[t.shard] = f
 		}
-		if err := ck.convertTensor(w, f, wt, t); err != nil {
+		if err := ck.convertTensor(w, f, wt, t, outType); err != nil {
 			return fmt.Errorf("tensor %s (%s): %w", t.Name, wt.GGUF, err)
 		}
 		done += t.Size
@@ -568,9 +575,21 @@ func fileType(ts []jlm.TensorInfo) uint32 {
 	return 0
 }
 
-// convertTensor writes one weight: its float type kept (one-dimensional
-// ones widened to F32), q and k rows permuted where the graph says.
-func (ck *checkpoint) convertTensor(w *jlm.Writer, f *os.File, wt *dsl.Weight, t hfTensor) error {
+// matrixType is Options.MatrixType's type, nil for "" (each matrix's own).
+func matrixType(name string) (*quant.Type, error) {
+	if name == "" {
+		return nil, nil
+	}
+	t, ok := map[string]quant.Type{"f32": quant.F32, "f16": quant.F16, "bf16": quant.BF16}[name]
+	if !ok {
+		return nil, fmt.Errorf("matrix type %q: want f32, f16 or bf16", name)
+	}
+	return &t, nil
+}
+
+// convertTensor writes one weight: a matrix as *out (nil: its own float
+// type), a vector as F32; q and k rows permuted where the graph says.
+func (ck *checkpoint) convertTensor(w *jlm.Writer, f *os.File, wt *dsl.Weight, t hfTensor, out *quant.Type) error {
 	dims := make([]int64, len(t.Shape)) // ggml order: the torch shape reversed
 	for i, d := range t.Shape {
 		dims[len(t.Shape)-1-i] = d
@@ -593,12 +612,19 @@ func (ck *checkpoint) convertTensor(w *jlm.Writer, f *os.File, wt *dsl.Weight, t
 	if _, err := f.ReadAt(b, t.Offset); err != nil {
 		return fmt.Errorf("reading %d bytes at %d: %w", t.Size, t.Offset, err)
 	}
-	if len(dims) == 1 && typ != quant.F32 {
-		v := make([]float32, dims[0])
-		if err := quant.Dequantize(typ, b, v); err != nil {
+	to := typ
+	switch {
+	case len(dims) == 1:
+		to = quant.F32
+	case out != nil:
+		to = *out
+	}
+	if to != typ {
+		var err error
+		if b, err = convertFloats(b, typ, to); err != nil {
 			return err
 		}
-		b, typ = f32Bytes(v), quant.F32
+		typ = to
 	}
 	if wt.Transform == dsl.RopePermute {
 		var err error
@@ -656,6 +682,36 @@ func (ck *checkpoint) provenance(md *meta.Map) error {
 	md.Set("jlm.source.size", meta.U64(uint64(size)))
 	md.Set("jlm.source.crc32c", meta.U32(crc.Sum32()))
 	return nil
+}
+
+// convertFloats rewrites float values of type from as type to: widened
+// exactly, or narrowed to nearest even as numpy's astype (F16: values
+// past its range become infinities, as they do in convert_hf_to_gguf.py)
+// and torch's bfloat16 (ggml's rounding).
+func convertFloats(b []byte, from, to quant.Type) ([]byte, error) {
+	n := len(b) / 4
+	if from != quant.F32 {
+		n = len(b) / 2
+	}
+	v := make([]float32, n)
+	if err := quant.Dequantize(from, b, v); err != nil {
+		return nil, err
+	}
+	switch to {
+	case quant.F32:
+		return f32Bytes(v), nil
+	case quant.F16, quant.BF16:
+		out := make([]byte, 2*n)
+		for i, x := range v {
+			h := quant.F32ToBF16(x)
+			if to == quant.F16 {
+				h = quant.F32ToF16(x)
+			}
+			binary.LittleEndian.PutUint16(out[2*i:], h)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no conversion to %v", to)
 }
 
 func writeTensor(w *jlm.Writer, name string, typ quant.Type, dims []int64, b []byte) error {

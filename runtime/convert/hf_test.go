@@ -655,3 +655,61 @@ func TestConvertHFChatTemplates(t *testing.T) {
 		t.Error("a numeric chat_template accepted")
 	}
 }
+
+// Options.MatrixType writes every matrix in one float type (llama.cpp's
+// --outtype): widened exactly, narrowed to nearest even; vectors stay F32.
+func TestConvertHFMatrixType(t *testing.T) {
+	s := hfShape(t, "llama-3.2-1b")
+	dir := t.TempDir()
+	ggufPath := filepath.Join(dir, "model.gguf")
+	if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := loadModel(t, ggufPath)
+	ck := filepath.Join(dir, "ck")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeCheckpoint(t, ref, s, "F16", ck)
+	values := func(m *exec.Model, name string) []float32 {
+		for _, w := range m.Weights {
+			if w.GGUF == name {
+				v := make([]float32, w.Dims[0]*w.Dims[1])
+				if err := quant.Dequantize(w.Type, w.Data, v); err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+		t.Fatalf("no %s", name)
+		return nil
+	}
+	want := values(ref, "blk.1.ffn_down.weight")
+	for _, c := range []struct {
+		typ  string
+		want quant.Type
+	}{{"f32", quant.F32}, {"bf16", quant.BF16}, {"f16", quant.F16}} {
+		out := filepath.Join(t.TempDir(), "m.jlm")
+		if err := ConvertHF(context.Background(), ck, out, Options{MatrixType: c.typ}); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := loadModel(t, out)
+		for _, w := range m.Weights {
+			if wantType := map[int]quant.Type{1: quant.F32, 2: c.want}[len(w.Dims)]; w.Type != wantType {
+				t.Errorf("%s: %s is %v, want %v", c.typ, w.GGUF, w.Type, wantType)
+			}
+		}
+		for i, v := range values(m, "blk.1.ffn_down.weight") {
+			w := want[i]
+			if c.want == quant.BF16 {
+				w = quant.BF16ToF32(quant.F32ToBF16(w))
+			}
+			if v != w {
+				t.Fatalf("%s: value %d is %v, want %v", c.typ, i, v, w)
+			}
+		}
+	}
+	if err := ConvertHF(context.Background(), ck, filepath.Join(t.TempDir(), "m.jlm"), Options{MatrixType: "q4_0"}); err == nil || !strings.Contains(err.Error(), "matrix type") {
+		t.Errorf("matrix type q4_0: %v", err)
+	}
+}
