@@ -542,6 +542,9 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, w
 		md.Set(kv.Key, kv.Value)
 	}
 	md.Set("general.file_type", meta.U32(fileType(w.Tensors())))
+	if opts.Warn != nil && slices.ContainsFunc(w.Tensors(), func(t jlm.TensorInfo) bool { return t.Type == quant.BF16 }) {
+		opts.Warn("BF16 matrices kept: the CPU runner multiplies them through its generic dot, slowly, and the CUDA runner not yet; -type f16 (Options.MatrixType) writes them as F16")
+	}
 	if err := ck.provenance(md); err != nil {
 		return err
 	}

@@ -234,8 +234,9 @@ func TestConvertHFMatchesGGUF(t *testing.T) {
 			if err := ConvertHF(context.Background(), ck, out, Options{Warn: func(s string) { warns = append(warns, s) }}); err != nil {
 				t.Fatal(err)
 			}
-			if len(warns) != 1 || !strings.Contains(warns[0], "model.rotary_emb.inv_freq") {
-				t.Errorf("warnings %q, want one for the unread tensor", warns)
+			if want := map[string]int{"F16": 1, "BF16": 2}[c.dtype]; len(warns) != want || !strings.Contains(warns[0], "model.rotary_emb.inv_freq") ||
+				c.dtype == "BF16" && !strings.Contains(warns[1], "-type f16") {
+				t.Errorf("warnings %q, want one for the unread tensor (and, with BF16, one for the type)", warns)
 			}
 			m, md := loadModel(t, out)
 			if toks, _ := md.Get("tokenizer.ggml.tokens"); toks.Len() != s.Vocab {

@@ -31,7 +31,7 @@ def main():
             if p.dim() > 1:
                 p.normal_(0, 0.2)
     model.eval()
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(out)  # safetensors, the default since transformers 4.35 (5 has no other)
     with torch.no_grad():
         logits = model(torch.tensor([tokens], dtype=torch.long)).logits[0]
     json.dump({"logits": logits.double().tolist(), "transformers": transformers.__version__, "torch": torch.__version__}, sys.stdout)
