@@ -183,16 +183,24 @@ func provenance(src *gguf.File, s source) *meta.Map {
 	for _, kv := range src.Meta.All() {
 		md.Set(kv.Key, kv.Value)
 	}
-	md.Set("jlm.converter", meta.Str(Converter))
-	md.Set("jlm.source.format", meta.Str("gguf"))
-	md.Set("jlm.source.format_version", meta.U32(src.Version))
-	md.Set("jlm.source.file", meta.Str(filepath.Base(s.path)))
-	md.Set("jlm.source.size", meta.U64(uint64(src.Size)))
-	md.Set("jlm.source.crc32c", meta.U32(s.crc))
-	if s.sha != "" {
-		md.Set("jlm.source.sha256", meta.Str(s.sha))
-	}
+	sourceKeys(md, "gguf", src.Version, s.path, src.Size, s.crc, s.sha)
 	return md
+}
+
+// sourceKeys appends the jlm.* provenance keys (docs/format.md) in their
+// order: version 0 and sha "" are left out.
+func sourceKeys(md *meta.Map, format string, version uint32, path string, size int64, crc uint32, sha string) {
+	md.Set("jlm.converter", meta.Str(Converter))
+	md.Set("jlm.source.format", meta.Str(format))
+	if version != 0 {
+		md.Set("jlm.source.format_version", meta.U32(version))
+	}
+	md.Set("jlm.source.file", meta.Str(filepath.Base(filepath.Clean(path))))
+	md.Set("jlm.source.size", meta.U64(uint64(size)))
+	md.Set("jlm.source.crc32c", meta.U32(crc))
+	if sha != "" {
+		md.Set("jlm.source.sha256", meta.Str(sha))
+	}
 }
 
 // byOffset returns the tensors in file order, so the source reads forward.

@@ -86,7 +86,8 @@ func ConvertHF(ctx context.Context, dir, outPath string, opts Options) error {
 	if err := refuseExisting(outPath, opts.Force); err != nil {
 		return err
 	}
-	if _, err := matrixType(opts.MatrixType); err != nil {
+	outType, err := matrixType(opts.MatrixType)
+	if err != nil {
 		return err
 	}
 	ck, err := openCheckpoint(dir)
@@ -94,7 +95,7 @@ func ConvertHF(ctx context.Context, dir, outPath string, opts Options) error {
 		return err
 	}
 	return writeAtomically(ctx, outPath, opts.Force, func(tmp *os.File, wrote func(int64)) error {
-		if err := ck.write(ctx, tmp, opts, wrote); err != nil {
+		if err := ck.write(ctx, tmp, opts, outType, wrote); err != nil {
 			return fmt.Errorf("converting %s: %w", dir, err)
 		}
 		return nil
@@ -463,9 +464,10 @@ func (ck *checkpoint) ropeFactors() []float32 {
 	return out
 }
 
-// write writes the .jlm: the graph's weights in its order, then the
-// metadata with the provenance and block ranges.
-func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, wrote func(int64)) error {
+// write writes the .jlm: the graph's weights in its order (matrices as
+// *outType; nil: each its own), then the metadata with the provenance and
+// block ranges.
+func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, outType *quant.Type, wrote func(int64)) error {
 	w, err := jlm.NewWriter(out)
 	if err != nil {
 		return err
@@ -476,10 +478,6 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, w
 		if t, ok := ck.tensors[wt.HF]; ok && wt.HF != "" {
 			total += t.Size
 		}
-	}
-	outType, err := matrixType(opts.MatrixType)
-	if err != nil {
-		return err
 	}
 	files := map[string]*os.File{}
 	defer func() {
@@ -679,11 +677,7 @@ func (ck *checkpoint) provenance(md *meta.Map) error {
 		}
 		size += n
 	}
-	md.Set("jlm.converter", meta.Str(Converter))
-	md.Set("jlm.source.format", meta.Str("safetensors"))
-	md.Set("jlm.source.file", meta.Str(filepath.Base(filepath.Clean(ck.dir))))
-	md.Set("jlm.source.size", meta.U64(uint64(size)))
-	md.Set("jlm.source.crc32c", meta.U32(crc.Sum32()))
+	sourceKeys(md, "safetensors", 0, ck.dir, size, crc.Sum32(), "")
 	return nil
 }
 

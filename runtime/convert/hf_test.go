@@ -17,12 +17,11 @@ import (
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/exec"
+	"github.com/jitllm/jitllm/runtime/generate"
 	"github.com/jitllm/jitllm/runtime/meta"
 	"github.com/jitllm/jitllm/runtime/safetensors"
 	"github.com/jitllm/jitllm/runtime/synth"
-	"github.com/jitllm/jitllm/runtime/tokenizer"
 	"github.com/jitllm/jitllm/runtime/tokenizer/tokenizertest"
-	"github.com/jitllm/jitllm/runtime/weights"
 )
 
 // hfShape is a small synth shape of a preset: vocabulary 320 (the tiny
@@ -41,19 +40,28 @@ func hfShape(t testing.TB, like string) synth.Shape {
 	return s
 }
 
-// loadModel opens and loads a GGUF or .jlm.
-func loadModel(t testing.TB, path string) (*exec.Model, *meta.Map) {
+// synthModel writes a two-block F16 synth GGUF of like's small shape
+// (hfShape) into dir and loads it.
+func synthModel(t testing.TB, like, dir string) (synth.Shape, *exec.Model) {
 	t.Helper()
-	src, err := weights.Open(path)
+	s := hfShape(t, like)
+	path := filepath.Join(dir, "model.gguf")
+	if _, err := synth.Write(context.Background(), path, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	return s, loadModel(t, path).Exec
+}
+
+// loadModel opens a GGUF or .jlm as runtime/generate does (weights bound
+// to the graph, the tokenizer built).
+func loadModel(t testing.TB, path string) *generate.Model {
+	t.Helper()
+	m, err := generate.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { src.Close() })
-	m, err := exec.Load(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, src.Meta()
+	t.Cleanup(func() { m.Close() })
+	return m
 }
 
 // writeCheckpoint writes m as a Hugging Face checkpoint of shape s in dir:
@@ -217,13 +225,8 @@ func TestConvertHFMatchesGGUF(t *testing.T) {
 		{"llama-3.2-1b", "F16", 1}, {"qwen3-0.6b", "F16", 3}, {"llama-3.1-8b", "F16", 2}, {"llama-3.1-8b", "BF16", 1},
 	} {
 		t.Run(fmt.Sprintf("%s-%s-%d", c.like, c.dtype, c.shards), func(t *testing.T) {
-			s := hfShape(t, c.like)
 			dir := t.TempDir()
-			ggufPath := filepath.Join(dir, "model.gguf")
-			if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
-				t.Fatal(err)
-			}
-			ref, _ := loadModel(t, ggufPath)
+			s, ref := synthModel(t, c.like, dir)
 			ck := filepath.Join(dir, "checkpoint")
 			if err := os.Mkdir(ck, 0o755); err != nil {
 				t.Fatal(err)
@@ -238,7 +241,8 @@ func TestConvertHFMatchesGGUF(t *testing.T) {
 				c.dtype == "BF16" && !strings.Contains(warns[1], "-type f16") {
 				t.Errorf("warnings %q, want one for the unread tensor (and, with BF16, one for the type)", warns)
 			}
-			m, md := loadModel(t, out)
+			g := loadModel(t, out)
+			m, md := g.Exec, g.Src.Meta()
 			if toks, _ := md.Get("tokenizer.ggml.tokens"); toks.Len() != s.Vocab {
 				t.Errorf("%d tokens, want %d (padded)", toks.Len(), s.Vocab)
 			}
@@ -273,13 +277,7 @@ func TestConvertHFMatchesGGUF(t *testing.T) {
 // TestConvertHFRefuses checks that broken checkpoints stop the conversion
 // with a reason naming what is wrong, and leave no output behind.
 func TestConvertHFRefuses(t *testing.T) {
-	s := hfShape(t, "llama-3.2-1b")
-	dir := t.TempDir()
-	ggufPath := filepath.Join(dir, "model.gguf")
-	if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
-		t.Fatal(err)
-	}
-	ref, _ := loadModel(t, ggufPath)
+	s, ref := synthModel(t, "llama-3.2-1b", t.TempDir())
 	for _, c := range []struct {
 		name, want string
 		spoil      func(dir string)
@@ -441,7 +439,7 @@ func TestConvertHFMatchesTransformers(t *testing.T) {
 			if err := ConvertHF(context.Background(), ck, jl, Options{}); err != nil {
 				t.Fatal(err)
 			}
-			m, _ := loadModel(t, jl)
+			m := loadModel(t, jl).Exec
 			got := logitsOf(t, m, prompt)
 			vocab := 320
 			if len(ref.Logits) != len(prompt) || len(got) != len(prompt)*vocab {
@@ -495,13 +493,8 @@ func TestHFConfigRopeForms(t *testing.T) {
 // and what it accepts must name an architecture with a graph and the
 // config's layer count.
 func FuzzHFConfig(f *testing.F) {
-	s := hfShape(f, "llama-3.2-1b")
 	dir := f.TempDir()
-	ggufPath := filepath.Join(dir, "model.gguf")
-	if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
-		f.Fatal(err)
-	}
-	ref, _ := loadModel(f, ggufPath)
+	s, ref := synthModel(f, "llama-3.2-1b", dir)
 	ck := filepath.Join(dir, "ck")
 	if err := os.Mkdir(ck, 0o755); err != nil {
 		f.Fatal(err)
@@ -546,7 +539,8 @@ func FuzzHFConfig(f *testing.F) {
 // GGUF does and computes the same logits bit for bit.
 func TestConvertHFStories260K(t *testing.T) {
 	const gguf = "../../testdata/stories260K.gguf"
-	ref, md := loadModel(t, gguf)
+	rg := loadModel(t, gguf)
+	ref, md := rg.Exec, rg.Src.Meta()
 	ck := t.TempDir()
 	u := func(k string) int {
 		v, ok := md.Uint("llama." + k)
@@ -595,7 +589,8 @@ func TestConvertHFStories260K(t *testing.T) {
 	if err := ConvertHF(context.Background(), ck, out, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	m, got := loadModel(t, out)
+	cg := loadModel(t, out)
+	got := cg.Src.Meta()
 	for _, key := range []string{"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
 		"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"} {
 		w, _ := md.Get(key)
@@ -604,20 +599,12 @@ func TestConvertHFStories260K(t *testing.T) {
 			t.Errorf("%s = %.60s, want %.60s", key, g.String(), w.String())
 		}
 	}
-	wt, err := tokenizer.FromMeta(md)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gt, err := tokenizer.FromMeta(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err1 := wt.Encode("Once upon a time, there was a little girl", true, false)
-	prompt, err2 := gt.Encode("Once upon a time, there was a little girl", true, false)
+	want, err1 := rg.Tok.Encode("Once upon a time, there was a little girl", true, false)
+	prompt, err2 := cg.Tok.Encode("Once upon a time, there was a little girl", true, false)
 	if err1 != nil || err2 != nil || !slices.Equal(prompt, want) {
 		t.Fatalf("the prompt encodes to %v (%v), the GGUF's to %v (%v)", prompt, err2, want, err1)
 	}
-	if a, b := logitsOf(t, ref, prompt), logitsOf(t, m, prompt); !slices.Equal(a, b) {
+	if a, b := logitsOf(t, ref, prompt), logitsOf(t, cg.Exec, prompt); !slices.Equal(a, b) {
 		t.Error("logits differ from the GGUF's")
 	}
 }
@@ -660,13 +647,8 @@ func TestConvertHFChatTemplates(t *testing.T) {
 // Options.MatrixType writes every matrix in one float type (llama.cpp's
 // --outtype): widened exactly, narrowed to nearest even; vectors stay F32.
 func TestConvertHFMatrixType(t *testing.T) {
-	s := hfShape(t, "llama-3.2-1b")
 	dir := t.TempDir()
-	ggufPath := filepath.Join(dir, "model.gguf")
-	if _, err := synth.Write(context.Background(), ggufPath, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
-		t.Fatal(err)
-	}
-	ref, _ := loadModel(t, ggufPath)
+	s, ref := synthModel(t, "llama-3.2-1b", dir)
 	ck := filepath.Join(dir, "ck")
 	if err := os.Mkdir(ck, 0o755); err != nil {
 		t.Fatal(err)
@@ -694,7 +676,7 @@ func TestConvertHFMatrixType(t *testing.T) {
 		if err := ConvertHF(context.Background(), ck, out, Options{MatrixType: c.typ}); err != nil {
 			t.Fatal(err)
 		}
-		m, _ := loadModel(t, out)
+		m := loadModel(t, out).Exec
 		for _, w := range m.Weights {
 			if wantType := map[int]quant.Type{1: quant.F32, 2: c.want}[len(w.Dims)]; w.Type != wantType {
 				t.Errorf("%s: %s is %v, want %v", c.typ, w.GGUF, w.Type, wantType)
