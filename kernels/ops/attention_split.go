@@ -135,9 +135,8 @@ func AttentionMergeQ8_0() *k.Kernel { return attentionMerge(32) }
 // then QuantizeQ8_K; len(y) a multiple of 256.
 func AttentionMergeQ8_K() *k.Kernel { return attentionMerge(256) }
 
-// mergeHead is head t's fold of its pieces: out(d) is value d of the
-// head's attention output, and fold the weights' loop that out(d) spells
-// out for one value, for several values at once.
+// mergeHead is head t's fold of its pieces: fold(d0, n) is values d0 to
+// d0+n-1 of the head's attention output, out(d) value d alone.
 func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (out func(d k.Expr) k.Expr, fold func(d0 k.Expr, n int) []k.Expr) {
 	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
 	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
@@ -153,16 +152,9 @@ func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (ou
 		return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
 	})
 	inv := b.Let("inv", k.F(1).Div(den))
-	out = func(d k.Expr) k.Expr {
-		o := b.Sum("o", k.F32, 0, nc, func(c k.Expr) k.Expr {
-			pc := b.Let("pc", base.Add(c.Mul(stride)))
-			return part.At(pc.Add(d)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
-		})
-		return o.Mul(inv)
-	}
 	// values d0..d0+n-1 folded in one walk of the pieces, each piece's
-	// weight exp(m_c − M) computed once for all of them: the same sums in
-	// the same order as out's, so the same bits
+	// weight exp(m_c − M) computed once for all of them (each value's sum
+	// in the pieces' order, whatever n)
 	fold = func(d0 k.Expr, nv int) []k.Expr {
 		accs := make([]*k.Var, nv)
 		for v := range accs {
@@ -181,6 +173,7 @@ func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (ou
 		}
 		return vals
 	}
+	out = func(d k.Expr) k.Expr { return fold(d, 1)[0] }
 	return out, fold
 }
 
@@ -217,7 +210,7 @@ func attentionMerge(qk int) *k.Kernel {
 		})
 		b.Schedule("v", k.LoopSchedule{Threads: 256})
 		b.Schedule("j", k.LoopSchedule{Threads: 256})
-		unrollMerge(b, "cm", "den_i", "o_i")
+		unrollMerge(b, "cm", "den_i", "piece")
 		return b.MustBuild()
 	}
 	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
@@ -242,7 +235,7 @@ func attentionMerge(qk int) *k.Kernel {
 		})
 	})
 	warpSched(b, "g", "d", "j")
-	unrollMerge(b, "cm", "den_i", "o_i", "piece")
+	unrollMerge(b, "cm", "den_i", "piece")
 	return b.MustBuild()
 }
 
