@@ -155,7 +155,7 @@ func TestAttentionBlockSplitMatchesReference(t *testing.T) {
 				q[i] = float32(r.NormFloat64())
 			}
 			step := []int32{0, int32(c.pos)}
-			part := make([]float32, heads*chunks*(hd+2))
+			part := make([]float32, ops.AttnPartLen(heads, chunks, hd))
 			for i := range part {
 				part[i] = float32(math.NaN())
 			}

@@ -114,8 +114,9 @@ func attentionSplit(rounded bool) *k.Kernel {
 // []float32, headDim, heads, chunks int): each pair's pieces of
 // AttentionSplit folded, y[d] = Σ_c o_c[d]·exp(m_c − M) / Σ_c l_c·exp(m_c − M)
 // over the pieces that hold positions, M their largest maximum; a warp a
-// pair, head dimensions over the lanes, mergeLaneValues of them a lane in
-// one walk of the pieces.
+// pair, first a lane a piece storing the piece's weight exp(m_c − M) past
+// the pieces (part is AttnPartLen long), then head dimensions over the
+// lanes, mergeLaneValues of them a lane in one walk of the pieces.
 func AttentionMerge() *k.Kernel { return attentionMerge(0) }
 
 // AttentionMergeQ8_0 is AttentionMerge that also quantizes its output as
@@ -135,25 +136,49 @@ func AttentionMergeQ8_0() *k.Kernel { return attentionMerge(32) }
 // then QuantizeQ8_K; len(y) a multiple of 256.
 func AttentionMergeQ8_K() *k.Kernel { return attentionMerge(256) }
 
-// mergeHead is head t's fold of its pieces: fold(d0, n) is values d0 to
-// d0+n-1 of the head's attention output, out(d) value d alone.
-func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (out func(d k.Expr) k.Expr, fold func(d0 k.Expr, n int) []k.Expr) {
+// AttnPartLen is the length of the part buffer AttentionSplit (or
+// AttentionBlockSplit) and AttentionMerge share for pairs (row, head)
+// pairs in chunks pieces of headDim values: each piece's unnormalized
+// output, maximum and sum, then a weight a piece that the merge computes
+// (mergeWeights) and reads back.
+func AttnPartLen(pairs, chunks, headDim int) int { return pairs * chunks * (headDim + 3) }
+
+// mergeWeights stores pair t's piece weights exp(m_c − M) after the pieces
+// in part, a piece a thread of the group (the cooperative loop "wc"), M
+// their largest maximum: each weight's exp (f64, correctly rounded: what
+// the merge spends its time on) computed once, where every lane computing
+// every piece's weight in turn took ~0.4 µs a piece (H100). The loop's
+// stores are ordered before the group's later loads (a cooperative loop
+// that stores ends with the group's barrier).
+func mergeWeights(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k.Expr) {
 	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
 	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
 	stride := b.Let("stride", hd.Add(2))
 	base := b.Let("base", t.Mul(chunks).Mul(stride))
-	M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
-	b.For("cm", 0, nc, func(c k.Expr) {
-		b.Set(M, M.Get().Max(part.At(base.Add(c.Mul(stride)).Add(hd))))
+	wbase := b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
+	b.For("wc", 0, nc, func(c k.Expr) {
+		M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
+		b.For("cm", 0, nc, func(c k.Expr) {
+			b.Set(M, M.Get().Max(part.At(base.Add(c.Mul(stride)).Add(hd))))
+		})
+		b.Store(part, wbase.Add(c), part.At(base.Add(c.Mul(stride)).Add(hd)).Sub(M.Get()).Exp())
 	})
-	m := b.Let("m", M.Get())
+}
+
+// mergeHead is head t's fold of its pieces, their weights already stored
+// by mergeWeights: fold(d0, n) is values d0 to d0+n-1 of the head's
+// attention output, out(d) value d alone.
+func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k.Expr) (out func(d k.Expr) k.Expr, fold func(d0 k.Expr, n int) []k.Expr) {
+	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
+	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
+	stride := b.Let("stride", hd.Add(2))
+	base := b.Let("base", t.Mul(chunks).Mul(stride))
+	wbase := b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
 	den := b.Sum("den", k.F32, 0, nc, func(c k.Expr) k.Expr {
-		pc := b.Let("pc", base.Add(c.Mul(stride)))
-		return part.At(pc.Add(hd).Add(1)).Mul(part.At(pc.Add(hd)).Sub(m).Exp())
+		return part.At(base.Add(c.Mul(stride)).Add(hd).Add(1)).Mul(part.At(wbase.Add(c)))
 	})
 	inv := b.Let("inv", k.F(1).Div(den))
-	// values d0..d0+n-1 folded in one walk of the pieces, each piece's
-	// weight exp(m_c − M) computed once for all of them (each value's sum
+	// values d0..d0+n-1 folded in one walk of the pieces (each value's sum
 	// in the pieces' order, whatever n)
 	fold = func(d0 k.Expr, nv int) []k.Expr {
 		accs := make([]*k.Var, nv)
@@ -162,7 +187,7 @@ func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (ou
 		}
 		b.For("piece", 0, nc, func(c k.Expr) {
 			pc := b.Let("pc", base.Add(c.Mul(stride)))
-			w := b.Let("w", part.At(pc.Add(hd)).Sub(m).Exp())
+			w := b.Let("w", part.At(wbase.Add(c)))
 			for v, a := range accs {
 				b.Fold(a, part.At(pc.Add(d0).Add(v)).Mul(w))
 			}
@@ -178,9 +203,8 @@ func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, t k.Expr) (ou
 }
 
 // mergeLaneValues is how many of a head's values a lane of the warp merge
-// folds in one walk of the pieces: the weight's exp (f64, correctly
-// rounded: most of the merge's time) is then computed once for them all
-// rather than once a value.
+// folds in one walk of the pieces, each piece's weight loaded once for
+// them all.
 const mergeLaneValues = 4
 
 // attentionMerge is AttentionMerge quantizing its output to blocks of qk
@@ -198,23 +222,31 @@ func attentionMerge(qk int) *k.Kernel {
 		xq, xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	}
 	hd, heads, chunks := b.Scalar("headDim", k.Int), b.Scalar("heads", k.Int), b.Scalar("chunks", k.Int)
+	pairs := b.Let("pairs", y.Len().Div(hd))
 	if qk == 256 {
 		b.ParallelFor("blk", 0, y.Len().Div(256), func(blk k.Expr) {
 			base := b.Let("at", blk.Mul(256))
+			// the weights of the heads the block holds values of (a head
+			// that straddles two blocks gets the same weights from each)
+			b.For("wh", base.Div(hd), base.Add(255).Div(hd).Add(1), func(t k.Expr) {
+				mergeWeights(b, part, step, hd, heads, chunks, pairs, t)
+			})
 			b.For("v", 0, 256, func(v k.Expr) {
 				e := b.Let("e", base.Add(v))
-				out, _ := mergeHead(b, part, step, hd, heads, chunks, e.Div(hd))
+				out, _ := mergeHead(b, part, step, hd, heads, chunks, pairs, e.Div(hd))
 				b.Store(y, e, out(e.Rem(hd)))
 			})
 			storeQuantized(b, 256, blk, base, b.View("yb", y, base, 256).At, xq, xd)
 		})
 		b.Schedule("v", k.LoopSchedule{Threads: 256})
 		b.Schedule("j", k.LoopSchedule{Threads: 256})
+		b.Schedule("wc", k.LoopSchedule{Threads: 256})
 		unrollMerge(b, "cm", "den_i", "piece")
 		return b.MustBuild()
 	}
-	b.ParallelFor("t", 0, y.Len().Div(hd), func(t k.Expr) {
-		out, fold := mergeHead(b, part, step, hd, heads, chunks, t)
+	b.ParallelFor("t", 0, pairs, func(t k.Expr) {
+		mergeWeights(b, part, step, hd, heads, chunks, pairs, t)
+		out, fold := mergeHead(b, part, step, hd, heads, chunks, pairs, t)
 		// mergeLaneValues a lane at a time, then the rest one at a time
 		groups := b.Let("groups", hd.Div(mergeLaneValues))
 		b.For("g", 0, groups, func(g k.Expr) {
@@ -234,7 +266,7 @@ func attentionMerge(qk int) *k.Kernel {
 			storeQuantized(b, 32, blk.Div(32), blk, b.View("yb", y, blk, 32).At, xq, xd)
 		})
 	})
-	warpSched(b, "g", "d", "j")
+	warpSched(b, "wc", "g", "d", "j")
 	unrollMerge(b, "cm", "den_i", "piece")
 	return b.MustBuild()
 }

@@ -36,7 +36,7 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 		}
 		step := []int32{0, int32(c.pos)}
 		chunks := ops.AttnSplitChunks
-		part := make([]float32, len(q)/hd*chunks*(hd+2))
+		part := make([]float32, ops.AttnPartLen(len(q)/hd, chunks, hd))
 		sc := make([]float32, len(q)/hd*ctx)
 		if err := k.Run(ops.AttentionSplit(), q, kc, vc, part, step, sc, hd, heads, group, dim, ctx, chunks, c.scale); err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestAttentionSplitMatchesReference(t *testing.T) {
 		if err := k.Run(ops.AttentionSplitRounded(), qr, kc, vc, partR, step, make([]float32, len(sc)), hd, heads, group, dim, ctx, chunks, c.scale); err != nil {
 			t.Fatal(err)
 		}
-		for i := range part {
+		for i := range len(q) / hd * chunks * (hd + 2) { // the pieces (the merge's weights follow)
 			if math.Float32bits(part[i]) != math.Float32bits(partR[i]) {
 				t.Fatalf("%d rows at position %d: piece value %d %v, rounded query's %v", c.rows, c.pos, i, part[i], partR[i])
 			}
@@ -107,7 +107,7 @@ func TestAttentionMergeOddWidth(t *testing.T) {
 		q[i] = quant.F16ToF32(quant.F32ToF16(float32(r.NormFloat64())))
 	}
 	step := []int32{0, pos}
-	part := make([]float32, heads*chunks*(hd+2))
+	part := make([]float32, ops.AttnPartLen(heads, chunks, hd))
 	if err := k.Run(ops.AttentionSplit(), q, kc, vc, part, step, make([]float32, heads*ctx), hd, heads, group, dim, ctx, chunks, float32(0.4)); err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestGPUAttentionBlock(t *testing.T) {
 		}
 		q := opstest.Floats(sh.rows*sh.heads*sh.hd, 1, r)
 		scale := float32(1 / math.Sqrt(float64(sh.hd)))
-		ns, np := sh.heads*sh.rows*ctx, sh.rows*sh.heads*maxChunks*(sh.hd+2)
+		ns, np := sh.heads*sh.rows*ctx, ops.AttnPartLen(sh.rows*sh.heads, maxChunks, sh.hd)
 		qd, kd, vd := upload(t, c, f32Bytes(q)), upload(t, c, u16Bytes(kc)), upload(t, c, u16Bytes(vc))
 		stepd := upload(t, c, []byte{0, 0, 0, 0, byte(sh.pos), byte(sh.pos >> 8), 0, 0})
 		yd := zeroed(t, c, 4*len(q))

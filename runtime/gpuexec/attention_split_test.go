@@ -65,7 +65,7 @@ func TestGPUAttentionSplitDecode(t *testing.T) {
 		for i, v := range q {
 			qr[i] = quant.F16ToF32(quant.F32ToF16(v))
 		}
-		ns, np := sh.heads*ctx, sh.heads*ops.AttnSplitChunks*(sh.hd+2)
+		ns, np := sh.heads*ctx, ops.AttnPartLen(sh.heads, ops.AttnSplitChunks, sh.hd)
 		qd, qrd, kd, vd := upload(t, c, f32Bytes(q)), upload(t, c, f32Bytes(qr)), upload(t, c, u16Bytes(kc)), upload(t, c, u16Bytes(vc))
 		defer qrd.Free()
 		sd, pd, yd := zeroed(t, c, 4*ns), zeroed(t, c, 4*np), zeroed(t, c, 4*len(q))

@@ -957,7 +957,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						if parts < 0 {
 							parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
 						}
-						np := a.Heads * splitChunks * (hd + 2)
+						np := ops.AttnPartLen(a.Heads, splitChunks, hd)
 						p.allocs[parts].n = max(p.allocs[parts].n, np)
 						split := cached(fmt.Sprintf("AttentionBlockSplitD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockSplit(hd) })
 						merge, err := specialized(cached, mkMerge, map[string]any{"headDim": hd, "heads": a.Heads, "chunks": splitChunks})
@@ -1020,7 +1020,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				if parts < 0 {
 					parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
 				}
-				np := rows * a.Heads * ops.AttnSplitChunks * (a.HeadDim + 2)
+				np := ops.AttnPartLen(rows*a.Heads, ops.AttnSplitChunks, a.HeadDim)
 				p.allocs[parts].n = max(p.allocs[parts].n, np)
 				// specialized to the model's heads: constant trip counts
 				// and divisors (a runtime head dimension left the q·k dot a
@@ -1170,17 +1170,17 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 // (AttentionBlockSplit + AttentionMerge, a second CUDA graph: the merge's
 // launch costs more than it saves while the walk is short), in
 // decodeSplitChunks pieces. Measured end to end (jitllm speed -d, tg64,
-// 2026-12-06; the merge then still took an exp a value and a piece): on
-// the H100 the 8B at depth 1024 decodes 330 tok/s split in 8 pieces, 322
-// in 32, 285 unsplit; at 512 343 / 321 / 329; at 256 equal; qwen3 at
-// 1024 732 split in 8 against 658, at 512 762 against 785. Pieces:
-// fewer were faster at every depth measured (8B at 4096: 298.5 in 16,
-// 290 in 32, 250 in 64, 223 in 128; at 16384 241 / 234 / 190 / 147;
+// H100, 2026-12-06): split from 512 the 8B decodes 356.6 tok/s at depth
+// 512 against 323.4 from 1024, qwen3 803.8 against 784.7, both the same at
+// 1024 and 4096 (the merge then computed each piece's weight in every
+// lane; earlier, with an exp a value and a piece, 512 lost on qwen3).
+// Pieces: fewer were faster at every depth measured (8B at 4096: 298.5 in
+// 16, 290 in 32, 250 in 64, 223 in 128; at 16384 241 / 234 / 190 / 147;
 // qwen3 at 4096 615 / 560 / 473): each piece costs the merge a fold and
 // a CTA, and 16 pieces of 8 key-value heads already give the 132 SMs a
 // CTA each. A variable for the tests; JITLLM_ATTN_SPLIT_FROM and
 // JITLLM_ATTN_CHUNKS override them.
-var decodeSplitFrom, decodeSplitChunks = 1024, 16
+var decodeSplitFrom, decodeSplitChunks = 512, 16
 
 // decodeBlockHeads is the fewest heads a one-row step attends with
 // AttentionBlock, a CTA a head: fewer would leave the GPU idle while each
