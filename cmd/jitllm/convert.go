@@ -33,7 +33,7 @@ The output appears only when complete; an interrupted conversion leaves nothing.
   -f        overwrite OUT if it exists
   -sha256   also record the source's SHA-256 (jlm.source.sha256); slower
   -type T   a checkpoint's matrices as f32, f16 or bf16 (llama.cpp's --outtype; default:
-            each its own; the CUDA runner multiplies f32 and f16, not yet bf16)`,
+            each its own; both runners multiply all three, the CPU runner bf16 slowly)`,
 		DisableFlagsInUseLine: true,
 		DisableFlagParsing:    true, // std flag syntax: -f, -sha256 (or --sha256), anywhere
 		RunE: func(c *cobra.Command, args []string) error {

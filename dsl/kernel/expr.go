@@ -48,11 +48,12 @@ const (
 	OpF32FromBits // U32 bits of an IEEE single to F32 (an f32 stored in a byte buffer)
 	OpF32ToF16    // F32 to the U16 bits of the nearest IEEE half (ties to even; NaN keeps sign and top payload bits)
 	OpDot4        // I32: Σ_i ubyte_i(Args[0]) · sbyte_i(Args[1]) + Args[2], wrapping (a GPU's dp4a)
+	OpF32Bits     // F32 to the U32 bits of its IEEE single (OpF32FromBits's inverse)
 )
 
 var opNames = [...]string{"const", "var", "len", "load", "add", "sub", "mul", "div", "rem", "and", "or", "xor",
 	"shl", "shr", "min", "max", "pow", "eq", "ne", "lt", "le", "gt", "ge", "neg", "fma", "select", "cvt",
-	"f16tof32", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "f32frombits", "f32tof16", "dot4"}
+	"f16tof32", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "f32frombits", "f32tof16", "dot4", "f32bits"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {

@@ -263,6 +263,8 @@ func (m *machine) eval(e Expr) val {
 		return val{f: float64(F16ToF32(uint16(m.eval(e.Args[0]).i)))}
 	case OpF32FromBits:
 		return f32FromBits(m.eval(e.Args[0]))
+	case OpF32Bits:
+		return f32Bits(m.eval(e.Args[0]))
 	case OpF32ToF16:
 		return val{i: int64(F32ToF16(float32(m.eval(e.Args[0]).f)))}
 	case OpDot4:

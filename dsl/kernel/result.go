@@ -33,6 +33,25 @@ func (a *Node) F32FromBits() Expr {
 	return mk(OpF32FromBits, F32, a)
 }
 
+// F32Bits is the U32 bits of the receiver (F32) as an IEEE single,
+// F32FromBits's inverse: what rounding an f32 to a narrower float by its
+// bits (bfloat16) starts from. The interpreter holds an f32 as a float64,
+// so a signaling NaN reaches it already quieted (Go's conversions set the
+// quiet bit) where a GPU's move keeps it; every other value's bits are
+// exact on every target.
+func (a *Node) F32Bits() Expr {
+	if err := firstErr(a); err != nil {
+		return &Node{Op: OpF32Bits, Err: err}
+	}
+	if a.Kind != F32 {
+		return bad("f32bits of %s", a.Kind)
+	}
+	if a.Op == OpConst { // a constant's bits, so no target moves an f32 immediate
+		return Const(U32, int64(math.Float32bits(float32(a.Float))))
+	}
+	return mk(OpF32Bits, U32, a)
+}
+
 // F32 loads the little-endian f32 at byte offset off of a byte buffer.
 func (b *Buf) F32(off any) Expr { return b.load(U32, off).F32FromBits() }
 
@@ -68,3 +87,5 @@ func Call(k *Kernel, args ...any) (any, error) {
 }
 
 func f32FromBits(v val) val { return val{f: float64(math.Float32frombits(uint32(v.i)))} }
+
+func f32Bits(v val) val { return val{i: int64(math.Float32bits(float32(v.f)))} }

@@ -13,18 +13,23 @@ import k "github.com/jitllm/jitllm/dsl/kernel"
 // for the len(y) f32 rows of W, each len(x) wide: products in f32 summed in
 // f64 (ggml's scalar ggml_vec_dot_f32 order), rounded to f32 once.
 func MatVecF32() *k.Kernel {
-	return floatMatVec("F32", 4, func(w *k.Buf, o k.Expr) k.Expr { return w.F32(o) }, func(x k.Expr) k.Expr { return x })
+	return floatMatVec("F32", 4, func(w *k.Buf, o k.Expr) k.Expr { return w.F32(o) }, keepF32)
 }
 
 // MatVecF16 is MatVecF16(w []byte, x, y []float32) for f16 rows: x is first
 // rounded to f16, as the CPU matmul converts it to F16 (ggml's vec_dot_type
 // of F16), then as MatVecF32.
 func MatVecF16() *k.Kernel {
-	return floatMatVec("F16", 2, func(w *k.Buf, o k.Expr) k.Expr { return w.F16(o) },
-		func(x k.Expr) k.Expr { return x.F32ToF16().F16ToF32() })
+	return floatMatVec("F16", 2, func(w *k.Buf, o k.Expr) k.Expr { return w.F16(o) }, roundF16)
 }
 
-func floatMatVec(name string, size int, load func(w *k.Buf, off k.Expr) k.Expr, round func(x k.Expr) k.Expr) *k.Kernel {
+// keepF32 and roundF16 are the float mat-vecs' activation roundings: x as
+// it is (F32 weights), x rounded to f16 and widened (F16 weights).
+func keepF32(_ *k.Builder, x k.Expr) k.Expr { return x }
+
+func roundF16(_ *k.Builder, x k.Expr) k.Expr { return x.F32ToF16().F16ToF32() }
+
+func floatMatVec(name string, size int, load func(w *k.Buf, off k.Expr) k.Expr, round func(b *k.Builder, x k.Expr) k.Expr) *k.Kernel {
 	b := k.New("MatVec" + name)
 	b.Doc("sets y[r] to row r of the " + name + " matrix w dotted with x.")
 	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
@@ -33,7 +38,7 @@ func floatMatVec(name string, size int, load func(w *k.Buf, off k.Expr) k.Expr, 
 		base := b.Let("base", r.Mul(n))
 		sum := b.Acc("sum", k.OpAdd, k.D(0))
 		b.For("i", 0, n, func(i k.Expr) {
-			b.Fold(sum, load(w, base.Add(i).Mul(size)).Mul(round(x.At(i))).Cvt(k.F64))
+			b.Fold(sum, load(w, base.Add(i).Mul(size)).Mul(round(b, x.At(i))).Cvt(k.F64))
 		})
 		b.Store(y, r, sum.Get().Cvt(k.F32))
 	})

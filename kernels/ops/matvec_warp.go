@@ -202,7 +202,7 @@ var cutQ4_0 = warpCut{32, 18, 8, func(b *k.Builder, blk *k.Buf, s k.Expr, emit E
 func WarpMatVecs() map[string]func() *k.Kernel {
 	return map[string]func() *k.Kernel{
 		"Q4_K": MatVecWarpQ4_K, "Q6_K": MatVecWarpQ6_K, "Q8_0": MatVecWarpQ8_0, "Q4_0": MatVecWarpQ4_0,
-		"F32": MatVecWarpF32, "F16": MatVecWarpF16,
+		"F32": MatVecWarpF32, "F16": MatVecWarpF16, "BF16": MatVecWarpBF16,
 	}
 }
 
@@ -232,18 +232,16 @@ func warpForms(st warpStore) map[string]func() *k.Kernel {
 // products in f32 summed in f64 per lane, the warp tree in f64, rounded to
 // f32 once.
 func MatVecWarpF32() *k.Kernel {
-	return floatMatVecWarp("F32", 4, func(w *k.Buf, o k.Expr) k.Expr { return w.Aligned(k.U32, o).F32FromBits() },
-		func(x k.Expr) k.Expr { return x })
+	return floatMatVecWarp("F32", 4, func(w *k.Buf, o k.Expr) k.Expr { return w.Aligned(k.U32, o).F32FromBits() }, keepF32)
 }
 
 // MatVecWarpF16 is MatVecF16 (x rounded to f16 first) split as
 // MatVecWarpF32.
 func MatVecWarpF16() *k.Kernel {
-	return floatMatVecWarp("F16", 2, func(w *k.Buf, o k.Expr) k.Expr { return w.Aligned(k.U16, o).F16ToF32() },
-		func(x k.Expr) k.Expr { return x.F32ToF16().F16ToF32() })
+	return floatMatVecWarp("F16", 2, func(w *k.Buf, o k.Expr) k.Expr { return w.Aligned(k.U16, o).F16ToF32() }, roundF16)
 }
 
-func floatMatVecWarp(name string, size int, load func(w *k.Buf, off k.Expr) k.Expr, round func(x k.Expr) k.Expr) *k.Kernel {
+func floatMatVecWarp(name string, size int, load func(w *k.Buf, off k.Expr) k.Expr, round func(b *k.Builder, x k.Expr) k.Expr) *k.Kernel {
 	b := k.New("MatVecWarp" + name)
 	b.Doc("sets y[r] to row r of the " + name + " matrix w dotted with x, one warp per row.")
 	w, x, y := b.Buffer("w", k.U8), b.Buffer("x", k.F32), b.Buffer("y", k.F32)
@@ -252,7 +250,7 @@ func floatMatVecWarp(name string, size int, load func(w *k.Buf, off k.Expr) k.Ex
 		base := b.Let("base", r.Mul(n))
 		sum := b.Acc("sum", k.OpAdd, k.D(0))
 		b.For("i", 0, n, func(i k.Expr) {
-			b.Fold(sum, load(w, base.Add(i).Mul(size)).Mul(round(x.At(i))).Cvt(k.F64))
+			b.Fold(sum, load(w, base.Add(i).Mul(size)).Mul(round(b, x.At(i))).Cvt(k.F64))
 		})
 		b.Store(y, r, sum.Get().Cvt(k.F32))
 	})

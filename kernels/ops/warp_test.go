@@ -18,7 +18,7 @@ import (
 // summation error, on rows of several widths.
 func TestMatVecWarp(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	serial := map[string]func() *k.Kernel{"F32": ops.MatVecF32, "F16": ops.MatVecF16}
+	serial := map[string]func() *k.Kernel{"F32": ops.MatVecF32, "F16": ops.MatVecF16, "BF16": ops.MatVecBF16}
 	for _, d := range ops.Blocks() {
 		serial[d.Name] = func() *k.Kernel { return ops.MatVec(d) }
 	}

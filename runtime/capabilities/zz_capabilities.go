@@ -154,7 +154,11 @@ var generated = Table{
 			Decode: true,
 			MatMul: true,
 			Type:   "Q6_K",
-		}, QuantType{Type: "Q8_K"}, QuantType{Type: "IQ2_XXS"}, QuantType{Type: "IQ2_XS"}, QuantType{Type: "IQ3_XXS"}, QuantType{Type: "IQ1_S"}, QuantType{Type: "IQ4_NL"}, QuantType{Type: "IQ3_S"}, QuantType{Type: "IQ2_S"}, QuantType{Type: "IQ4_XS"}, QuantType{Type: "I8"}, QuantType{Type: "I16"}, QuantType{Type: "I32"}, QuantType{Type: "I64"}, QuantType{Type: "F64"}, QuantType{Type: "IQ1_M"}, QuantType{Type: "BF16"}, QuantType{Type: "TQ1_0"}, QuantType{Type: "TQ2_0"}, QuantType{Type: "MXFP4"}},
+		}, QuantType{Type: "Q8_K"}, QuantType{Type: "IQ2_XXS"}, QuantType{Type: "IQ2_XS"}, QuantType{Type: "IQ3_XXS"}, QuantType{Type: "IQ1_S"}, QuantType{Type: "IQ4_NL"}, QuantType{Type: "IQ3_S"}, QuantType{Type: "IQ2_S"}, QuantType{Type: "IQ4_XS"}, QuantType{Type: "I8"}, QuantType{Type: "I16"}, QuantType{Type: "I32"}, QuantType{Type: "I64"}, QuantType{Type: "F64"}, QuantType{Type: "IQ1_M"}, QuantType{
+			Decode: true,
+			MatMul: true,
+			Type:   "BF16",
+		}, QuantType{Type: "TQ1_0"}, QuantType{Type: "TQ2_0"}, QuantType{Type: "MXFP4"}},
 		Variants: []Variant{Variant{
 			Features: []string{"sm_70+"},
 			GOARCH:   "amd64",

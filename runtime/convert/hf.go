@@ -541,7 +541,7 @@ func (ck *checkpoint) write(ctx context.Context, out jlm.Output, opts Options, o
 	}
 	md.Set("general.file_type", meta.U32(fileType(w.Tensors())))
 	if opts.Warn != nil && slices.ContainsFunc(w.Tensors(), func(t jlm.TensorInfo) bool { return t.Type == quant.BF16 }) {
-		opts.Warn("BF16 matrices kept: the CPU runner multiplies them through its generic dot, slowly, and the CUDA runner not yet; -type f16 (Options.MatrixType) writes them as F16")
+		opts.Warn("BF16 matrices kept: the CPU runner multiplies them through its generic dot, slowly (the CUDA runner has BF16 kernels); -type f16 (Options.MatrixType) writes them as F16")
 	}
 	if err := ck.provenance(md); err != nil {
 		return err

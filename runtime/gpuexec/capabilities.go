@@ -8,8 +8,8 @@ import (
 )
 
 // The CUDA backend declares what it covers, read from its own code: a type
-// is covered when kernels/ops describes its block (or it is F32/F16), and a
-// family when its traced graph lowers to a plan here.
+// is covered when kernels/ops describes its block (or it is F32, F16 or
+// BF16), and a family when its traced graph lowers to a plan here.
 func init() {
 	capabilities.RegisterBackend(capabilities.Descriptor{
 		Name:    "cuda",
@@ -28,7 +28,7 @@ func init() {
 }
 
 func covers(t quant.Type) bool {
-	if t == quant.F32 || t == quant.F16 {
+	if t == quant.F32 || t == quant.F16 || t == quant.BF16 {
 		return true
 	}
 	_, ok := blockOf(t)

@@ -604,6 +604,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				case quant.F32, quant.F16:
 					f16 := w.Type == quant.F16
 					k = cached("Embed"+w.Type.String(), func() *kernel.Kernel { return ops.EmbedFloat(f16) })
+				case quant.BF16:
+					k = cached("EmbedBF16", func() *kernel.Kernel { return ops.Embed(ops.BF16) })
 				default:
 					d, ok := layoutBlock(w)
 					if !ok {
@@ -632,11 +634,70 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				tiled := false        // the product is planned (MatMulBlock)
 				var dotIn []any       // an integer mat-vec's activation (MatVecDot*)
 				var k *kernel.Kernel
+				// onTiles: a prefill product on the tensor cores
+				onTiles := xr > 1 && p.tiles && cols%kernel.TileK == 0
+				// rounded is x as the rounding kernel rk leaves it (of kind
+				// xk: f32, or f16 for the tensor cores) in its scratch. q, k
+				// and v (gate and up) read one activation: rounded once,
+				// while no node has written its slot since (only roundings
+				// write the scratches)
+				rounded := func(rk *kernel.Kernel, xk kernel.Kind) view {
+					sc, scName := &scratch, "quantized activations"
+					if xk == kernel.U16 {
+						sc, scName = &scratch16, "quantized activations (f16)"
+					}
+					if *sc < 0 {
+						*sc = p.add(alloc{name: scName, kind: xk})
+					}
+					p.allocs[*sc].n = max(p.allocs[*sc].n, x.n)
+					sx := view{*sc, 0, x.n}
+					if last.rk != rk || last.x != x {
+						p.call(i, rk, x, sx)
+					}
+					last.rk, last.x = rk, x
+					return sx
+				}
+				// tileProduct multiplies the f16 activation xh by w decoded to
+				// f16 by d (once, into a resident copy while the budget has
+				// room, else every step into a shared scratch) on the tensor
+				// cores
+				tileProduct := func(d ops.BlockDecode, xh view) {
+					nw := n.Cols * cols
+					dequant := cached("DequantF16"+d.Name, func() *kernel.Kernel { return ops.DequantF16(d) })
+					var wh view
+					if a, ok := resident16[n.Weight]; ok {
+						wh = view{a, 0, nw}
+					} else if need := int64(2 * nw); need <= p.f16Left {
+						a := p.add(alloc{name: w.GGUF + " (f16)", kind: kernel.U16, n: nw, resident: true})
+						resident16[n.Weight], p.f16Left = a, p.f16Left-need
+						wh = view{a, 0, nw}
+						p.setup = append(p.setup, launch{k: dequant, args: []any{wv, wh}, node: i})
+					} else {
+						if wf16 < 0 {
+							wf16 = p.add(alloc{name: "f16 weights", kind: kernel.U16})
+						}
+						p.allocs[wf16].n = max(p.allocs[wf16].n, nw)
+						wh = view{wf16, 0, nw}
+						p.call(i, dequant, wv, wh)
+					}
+					sh := p.blockShape(blockKey{xr, n.Cols, cols})
+					p.call(i, cached("MatMulBlockF16 "+sh.String(), func() *kernel.Kernel { return ops.MatMulBlock(sh, kernel.U16) }), xh, wh, y, cols)
+					tiled = true
+				}
 				switch w.Type {
 				case quant.F32:
 					k = cached("MatVecWarpF32", ops.MatVecWarpF32)
 				case quant.F16:
 					k = cached("MatVecWarpF16", ops.MatVecWarpF16)
+				case quant.BF16:
+					// the activation rounded to bf16 as the CPU rounds it:
+					// in the mat-vec, or before a product on the tensor
+					// cores, then to f16 (exact in f16's range) with the
+					// matrix
+					k = cached("MatVecWarpBF16", ops.MatVecWarpBF16)
+					if onTiles {
+						tileProduct(ops.BF16, rounded(cached("RoundBF16F16", ops.RoundBF16F16), kernel.U16))
+					}
 				default:
 					d, ok := layoutBlock(w)
 					if !ok {
@@ -677,7 +738,6 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					// decoded to f16 (once, or once a step), the activations
 					// rounded as the mat-vecs' (llama.cpp's MMQ does so too),
 					// then to f16 for MatMulBlock to stage as they are
-					onTiles := xr > 1 && p.tiles && cols%kernel.TileK == 0
 					xk, suffix := kernel.F32, "" // the rounded activation's kind
 					if onTiles {
 						xk, suffix = kernel.U16, "F16"
@@ -691,45 +751,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					default:
 						return view{}, fmt.Errorf("node %d (matmul): no activation rounding for %s", i, w.Type)
 					}
-					sc, scName := &scratch, "quantized activations"
+					x = rounded(rk, xk)
 					if onTiles {
-						sc, scName = &scratch16, "quantized activations (f16)"
-					}
-					if *sc < 0 {
-						*sc = p.add(alloc{name: scName, kind: xk})
-					}
-					p.allocs[*sc].n = max(p.allocs[*sc].n, x.n)
-					sx := view{*sc, 0, x.n}
-					// q, k and v (gate and up) read one activation: round it once,
-					// while no node has written its slot since (only roundings
-					// write the scratches)
-					if last.rk != rk || last.x != x {
-						p.call(i, rk, x, sx)
-					}
-					last.rk, last.x = rk, x
-					x = sx
-					if onTiles {
-						nw := n.Cols * cols
-						dequant := cached("DequantF16"+d.Name, func() *kernel.Kernel { return ops.DequantF16(d) })
-						var wh view
-						if a, ok := resident16[n.Weight]; ok {
-							wh = view{a, 0, nw}
-						} else if need := int64(2 * nw); need <= p.f16Left {
-							a := p.add(alloc{name: w.GGUF + " (f16)", kind: kernel.U16, n: nw, resident: true})
-							resident16[n.Weight], p.f16Left = a, p.f16Left-need
-							wh = view{a, 0, nw}
-							p.setup = append(p.setup, launch{k: dequant, args: []any{wv, wh}, node: i})
-						} else {
-							if wf16 < 0 {
-								wf16 = p.add(alloc{name: "f16 weights", kind: kernel.U16})
-							}
-							p.allocs[wf16].n = max(p.allocs[wf16].n, nw)
-							wh = view{wf16, 0, nw}
-							p.call(i, dequant, wv, wh)
-						}
-						sh := p.blockShape(blockKey{xr, n.Cols, cols})
-						p.call(i, cached("MatMulBlockF16 "+sh.String(), func() *kernel.Kernel { return ops.MatMulBlock(sh, kernel.U16) }), x, wh, y, cols)
-						tiled = true
+						tileProduct(d, x)
 						break
 					}
 					if mk, ok := ops.WarpMatVecs()[d.Name]; ok {

@@ -79,6 +79,9 @@ func (f *fn) expr(e kernel.Expr) string {
 	case kernel.OpF32FromBits:
 		f.imports["math"] = true
 		return "math.Float32frombits(" + f.bare(e.Args[0]) + ")"
+	case kernel.OpF32Bits:
+		f.imports["math"] = true
+		return "math.Float32bits(" + f.bare(e.Args[0]) + ")"
 	case kernel.OpNeg:
 		return "(-" + f.expr(e.Args[0]) + ")"
 	case kernel.OpMin, kernel.OpMax:

@@ -102,3 +102,18 @@ func TestF32ToF16Helper(t *testing.T) {
 		t.Errorf("f32tof16 not rendered:\n%s\n%s", files["zz_half.go"], files["zz_rt.go"])
 	}
 }
+
+// F32Bits renders as math.Float32bits of the f32 operand.
+func TestF32BitsRenders(t *testing.T) {
+	b := kernel.New("Bits")
+	x, y := b.Buffer("x", kernel.F32), b.Buffer("y", kernel.U32)
+	b.For("i", 0, x.Len(), func(i kernel.Expr) { b.Store(y, i, x.At(i).Mul(2).F32Bits().Shr(16)) })
+	files, err := Files("p", map[string][]*kernel.Kernel{"bits": {b.MustBuild()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typecheck(t, files)
+	if src := string(files["zz_bits.go"]); !strings.Contains(src, "math.Float32bits(") {
+		t.Errorf("math.Float32bits not rendered:\n%s", src)
+	}
+}

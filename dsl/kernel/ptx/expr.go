@@ -158,6 +158,10 @@ func (f *fn) expr(e kernel.Expr) string {
 		r := f.reg(cF32)
 		f.ins("mov.b32 %s, %s", r, f.expr(e.Args[0]))
 		return r
+	case kernel.OpF32Bits:
+		r := f.reg(c32)
+		f.ins("mov.b32 %s, %s", r, f.expr(e.Args[0]))
+		return r
 	case kernel.OpNeg:
 		return f.neg(e.Kind, f.expr(e.Args[0]))
 	case kernel.OpFMA:

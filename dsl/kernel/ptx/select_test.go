@@ -1,6 +1,7 @@
 package ptx
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -159,6 +160,24 @@ func TestF32ToF16Selection(t *testing.T) {
 	}
 	if strings.Contains(src, ".ftz") {
 		t.Error(".ftz used")
+	}
+}
+
+// F32Bits is one mov.b32 from an f32 register to an integer one (no
+// conversion); of a constant, the constant's bits.
+func TestF32BitsSelection(t *testing.T) {
+	src := render(t, "Bits", func(b *kernel.Builder) {
+		x, y := b.Buffer("x", kernel.F32), b.Buffer("y", kernel.U32)
+		b.ParallelFor("i", 0, x.Len(), func(i kernel.Expr) {
+			b.Store(y, i, x.At(i).F32Bits().Xor(kernel.F(-2).F32Bits()))
+		})
+	})
+	if !regexp.MustCompile(`mov\.b32 %r\d+, %f\d+;`).MatchString(src) {
+		t.Errorf("no mov.b32 of an f32 register into an integer one in\n%s", src)
+	}
+	has(t, src, "xor.b32 ", "3221225472", "st.global.u32 ")
+	if regexp.MustCompile(`cvt\.[a-z0-9.]*f32`).MatchString(src) {
+		t.Errorf("an f32 conversion in\n%s", src)
 	}
 }
 
