@@ -158,8 +158,8 @@ func mergeWeights(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k
 	wbase := b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
 	b.For("wc", 0, nc, func(c k.Expr) {
 		M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
-		b.For("cm", 0, nc, func(c k.Expr) {
-			b.Set(M, M.Get().Max(part.At(base.Add(c.Mul(stride)).Add(hd))))
+		b.For("cm", 0, chunks, func(c k.Expr) { // every piece, those past nc as −Inf (see mergeHead)
+			b.Set(M, M.Get().Max(k.Select(c.Lt(nc), part.At(base.Add(c.Mul(stride)).Add(hd)), math.Inf(-1))))
 		})
 		b.Store(part, wbase.Add(c), part.At(base.Add(c.Mul(stride)).Add(hd)).Sub(M.Get()).Exp())
 	})
@@ -167,15 +167,19 @@ func mergeWeights(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k
 
 // mergeHead is head t's fold of its pieces, their weights already stored
 // by mergeWeights: fold(d0, n) is values d0 to d0+n-1 of the head's
-// attention output, out(d) value d alone.
+// attention output, out(d) value d alone. Its loops walk all chunks
+// pieces (a constant where the kernel is specialized), the nc − chunks
+// that hold no positions adding +0 (the same sums: no sum here is −0), so
+// that an unrolled walk issues every piece's loads at once; walking nc
+// pieces, the loads of a rolled remainder each waited out L2's latency.
 func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k.Expr) (out func(d k.Expr) k.Expr, fold func(d0 k.Expr, n int) []k.Expr) {
 	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
 	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
 	stride := b.Let("stride", hd.Add(2))
 	base := b.Let("base", t.Mul(chunks).Mul(stride))
 	wbase := b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
-	den := b.Sum("den", k.F32, 0, nc, func(c k.Expr) k.Expr {
-		return part.At(base.Add(c.Mul(stride)).Add(hd).Add(1)).Mul(part.At(wbase.Add(c)))
+	den := b.Sum("den", k.F32, 0, chunks, func(c k.Expr) k.Expr {
+		return k.Select(c.Lt(nc), part.At(base.Add(c.Mul(stride)).Add(hd).Add(1)).Mul(part.At(wbase.Add(c))), 0)
 	})
 	inv := b.Let("inv", k.F(1).Div(den))
 	// values d0..d0+n-1 folded in one walk of the pieces (each value's sum
@@ -185,11 +189,12 @@ func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k.Ex
 		for v := range accs {
 			accs[v] = b.Acc(fmt.Sprintf("o%d", v), k.OpAdd, k.F(0))
 		}
-		b.For("piece", 0, nc, func(c k.Expr) {
+		b.For("piece", 0, chunks, func(c k.Expr) {
 			pc := b.Let("pc", base.Add(c.Mul(stride)))
+			in := b.Let("in", c.Lt(nc))
 			w := b.Let("w", part.At(wbase.Add(c)))
 			for v, a := range accs {
-				b.Fold(a, part.At(pc.Add(d0).Add(v)).Mul(w))
+				b.Fold(a, k.Select(in, part.At(pc.Add(d0).Add(v)).Mul(w), 0))
 			}
 		})
 		vals := make([]k.Expr, nv)
@@ -271,11 +276,12 @@ func attentionMerge(qk int) *k.Kernel {
 	return b.MustBuild()
 }
 
-// unrollMerge gives mergeHead's loops over the pieces several loads in
-// flight: each iteration's loads are independent, but rolled, a lane
-// waits out a load's latency a piece. The same order, so the same bits.
+// unrollMerge gives mergeHead's loops over the pieces their loads in
+// flight together: each iteration's loads are independent, but rolled, a
+// lane waits out a load's latency a piece. The same order, so the same
+// bits. 16: the plan's pieces (decodeSplitChunks) in one trip.
 func unrollMerge(b *k.Builder, loops ...string) {
 	for _, l := range loops {
-		b.Schedule(l, k.LoopSchedule{Unroll: 4})
+		b.Schedule(l, k.LoopSchedule{Unroll: 16})
 	}
 }
