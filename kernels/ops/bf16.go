@@ -37,12 +37,34 @@ func MatVecWarpBF16() *k.Kernel {
 // nearest f16 (the same value wherever f16's range holds it), a prefill
 // product's operand for MatMulBlock.
 func RoundBF16F16() *k.Kernel {
-	b := k.New("RoundBF16F16")
-	b.Doc("sets y to x rounded to bf16, then to f16.")
+	return roundF16Kernel("RoundBF16F16", "sets y to x rounded to bf16, then to f16.", roundBF16)
+}
+
+// RoundF16 is RoundF16(x []float32, y []uint16): each value of x rounded
+// to f16 as the F16 mat-vecs round their activation (ggml's vec_dot_type
+// of F16), the operand of an F16 matrix's prefill product on the tensor
+// cores.
+func RoundF16() *k.Kernel {
+	return roundF16Kernel("RoundF16", "sets y to x rounded to f16.", func(_ *k.Builder, x k.Expr) k.Expr { return x })
+}
+
+// roundF16Kernel stores each value of x, rounded by round, as the nearest
+// f16.
+func roundF16Kernel(name, doc string, round func(b *k.Builder, x k.Expr) k.Expr) *k.Kernel {
+	b := k.New(name)
+	b.Doc(doc)
 	x, y := b.Buffer("x", k.F32), b.Buffer("y", k.U16)
-	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) { b.Store(y, i, roundBF16(b, x.At(i)).F32ToF16()) })
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) { b.Store(y, i, round(b, x.At(i)).F32ToF16()) })
 	return b.MustBuild()
 }
+
+// F16 decodes an f16 row as blocks of one value, so that DequantF16
+// copies an F16 matrix into the f16 operand of a prefill product (a
+// resident copy, or the shared scratch every step) as it decodes the
+// quantized types: the bits come back as they are, NaNs aside.
+var F16 = BlockDecode{Name: "F16", QK: 1, Bytes: 2, Decode: func(b *k.Builder, blk *k.Buf, emit Emit) {
+	emit(k.I(0), blk.Aligned(k.U16, 0).F16ToF32())
+}}
 
 // widenBF16 is the f32 of the bf16 bits h (U16).
 func widenBF16(h k.Expr) k.Expr { return h.Cvt(k.U32).Shl(16).F32FromBits() }

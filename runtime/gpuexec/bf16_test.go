@@ -62,74 +62,83 @@ func bf16Model(t testing.TB, src string) string {
 	return path
 }
 
-// The BF16 model's plan reads its matrices with the BF16 kernels only: the
-// embedding by EmbedBF16, the decode mat-vecs by MatVecWarpBF16, the
-// prefill products on the tensor cores from f16 copies (DequantF16BF16,
-// the activation by RoundBF16F16); before sm_80 (no tiles) a prefill step
-// runs MatVecWarpBF16 a row.
-func TestBF16Plan(t *testing.T) {
-	m := loadModel(t, bf16Name)
-	mats := 0
-	for _, n := range m.Graph.Nodes {
-		if n.Weight >= 0 && len(m.Weights[n.Weight].Dims) >= 2 {
-			if typ := m.Weights[n.Weight].Type; typ != quant.BF16 {
-				t.Fatalf("%s is %s, want BF16", m.Weights[n.Weight].GGUF, typ)
-			}
-			mats++
-		}
-	}
-	count := func(ls []launch) map[string]int {
-		c := map[string]int{}
-		for _, l := range ls {
-			name, _, _ := strings.Cut(l.k.Name, " ")
-			if strings.HasPrefix(name, "MatMulBlock") {
-				name = "MatMulBlock"
-			}
-			c[name]++
-		}
-		return c
-	}
+// A float model's plan reads its matrices with its type's kernels only:
+// the embedding by Embed<T>, the decode mat-vecs by MatVecWarp<T>, the
+// prefill products on the tensor cores from f16 copies (DequantF16<T>; the
+// activation rounded as the mat-vec rounds it, by Round<T>), where a
+// launch a row would read the whole matrix a row; before sm_80 (no tiles)
+// a prefill step runs MatVecWarp<T> a row. Interpreted, the plan reading
+// resident copies generates what the CPU runner generates (TestPlanMatchesCPU
+// runs the shared scratch's).
+func TestFloatPlans(t *testing.T) {
 	for _, c := range []struct {
-		tiles  bool
-		budget int64
-	}{{true, 0}, {true, 1 << 40}, {false, 0}} {
-		p, err := newPlanTiles(m, 64, 4, c.tiles, c.budget)
+		model string
+		typ   quant.Type
+		round string // the prefill activation's rounding
+	}{{bf16Name, quant.BF16, "RoundBF16F16"}, {"synthetic/tiny256-F16.gguf", quant.F16, "RoundF16"}} {
+		ty := c.typ.String()
+		embed, mv, deq := "Embed"+ty, "MatVecWarp"+ty, "DequantF16"+ty
+		m := loadModel(t, c.model)
+		mats := 0
+		for _, n := range m.Graph.Nodes {
+			if n.Weight >= 0 && len(m.Weights[n.Weight].Dims) >= 2 {
+				if typ := m.Weights[n.Weight].Type; typ != c.typ {
+					t.Fatalf("%s: %s is %s, want %s", c.model, m.Weights[n.Weight].GGUF, typ, ty)
+				}
+				mats++
+			}
+		}
+		count := func(ls []launch) map[string]int {
+			n := map[string]int{}
+			for _, l := range ls {
+				name, _, _ := strings.Cut(l.k.Name, " ")
+				if strings.HasPrefix(name, "MatMulBlock") {
+					name = "MatMulBlock"
+				}
+				n[name]++
+			}
+			return n
+		}
+		for _, pc := range []struct {
+			tiles  bool
+			budget int64
+		}{{true, 0}, {true, 1 << 40}, {false, 0}} {
+			p, err := newPlanTiles(m, 64, 4, pc.tiles, pc.budget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decode, prefill, setup := count(p.launches), count(p.prefill), count(p.setup)
+			if decode[embed] != 1 || prefill[embed] != 1 || decode[mv] != mats-1 {
+				t.Errorf("%s, tiles %v: one-row step %v", c.model, pc.tiles, decode)
+			}
+			switch {
+			case !pc.tiles:
+				// the logits' one row, and every other matrix a row at a time
+				if prefill[mv] != 1+4*(mats-2) || prefill["MatMulBlock"] != 0 {
+					t.Errorf("%s, no tiles: prefill step %v", c.model, prefill)
+				}
+			case pc.budget == 0:
+				if prefill["MatMulBlock"] != mats-2 || prefill[deq] != mats-2 || prefill[c.round] == 0 || prefill[mv] != 1 {
+					t.Errorf("%s, shared f16 scratch: prefill step %v", c.model, prefill)
+				}
+			default:
+				// the logits' matrix too: the verify steps multiply it on the tiles
+				if prefill["MatMulBlock"] != mats-2 || prefill[deq] != 0 || setup[deq] != mats-1 {
+					t.Errorf("%s, resident f16 copies: prefill step %v, setup %v", c.model, prefill, setup)
+				}
+			}
+		}
+		p, err := newPlanTiles(m, 64, 4, true, 1<<40)
 		if err != nil {
 			t.Fatal(err)
 		}
-		decode, prefill, setup := count(p.launches), count(p.prefill), count(p.setup)
-		if decode["EmbedBF16"] != 1 || prefill["EmbedBF16"] != 1 || decode["MatVecWarpBF16"] != mats-1 {
-			t.Errorf("tiles %v: one-row step %v", c.tiles, decode)
+		cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+		if err != nil {
+			t.Fatal(err)
 		}
-		switch {
-		case !c.tiles:
-			// the logits' one row, and every other matrix a row at a time
-			if prefill["MatVecWarpBF16"] != 1+4*(mats-2) || prefill["MatMulBlock"] != 0 {
-				t.Errorf("no tiles: prefill step %v", prefill)
-			}
-		case c.budget == 0:
-			if prefill["MatMulBlock"] != mats-2 || prefill["DequantF16BF16"] != mats-2 || prefill["RoundBF16F16"] == 0 || prefill["MatVecWarpBF16"] != 1 {
-				t.Errorf("shared f16 scratch: prefill step %v", prefill)
-			}
-		default:
-			// the logits' matrix too: the verify steps multiply it on the tiles
-			if prefill["MatMulBlock"] != mats-2 || prefill["DequantF16BF16"] != 0 || setup["DequantF16BF16"] != mats-1 {
-				t.Errorf("resident f16 copies: prefill step %v, setup %v", prefill, setup)
-			}
-		}
+		agree(t, cpu, newHostExec(p), 1, tolerance(c.model))
+		cpu.Close()
 	}
-	// interpreted, the plan reading resident copies generates what the CPU
-	// runner generates (TestPlanMatchesCPU runs the shared scratch's)
-	p, err := newPlanTiles(m, 64, 4, true, 1<<40)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
-	agree(t, cpu, newHostExec(p), 1, tolerance(bf16Name))
 }
 
 // TestGPUBF16Kernels checks the BF16 kernels on the device bit for bit:

@@ -688,7 +688,14 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				case quant.F32:
 					k = cached("MatVecWarpF32", ops.MatVecWarpF32)
 				case quant.F16:
+					// a prefill product on the tensor cores: the activation
+					// rounded to f16 as the mat-vec rounds it, the matrix
+					// copied into the f16 operand (a launch per row took
+					// the whole matrix's bytes a row)
 					k = cached("MatVecWarpF16", ops.MatVecWarpF16)
+					if onTiles {
+						tileProduct(ops.F16, rounded(cached("RoundF16", ops.RoundF16), kernel.U16))
+					}
 				case quant.BF16:
 					// the activation rounded to bf16 as the CPU rounds it:
 					// in the mat-vec, or before a product on the tensor
