@@ -279,7 +279,7 @@ func attentionMerge(qk int) *k.Kernel {
 // unrollMerge gives mergeHead's loops over the pieces their loads in
 // flight together: each iteration's loads are independent, but rolled, a
 // lane waits out a load's latency a piece. The same order, so the same
-// bits. 16: the plan's pieces (decodeSplitChunks) in one trip.
+// bits. 16: the first long step's pieces in one trip (decodeSplits).
 func unrollMerge(b *k.Builder, loops ...string) {
 	for _, l := range loops {
 		b.Schedule(l, k.LoopSchedule{Unroll: 16})

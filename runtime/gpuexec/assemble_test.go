@@ -57,7 +57,7 @@ func TestKernelsAssemble(t *testing.T) {
 	}
 	// ReadBandwidth's stream, the Q6_KA layout's readers (the test models
 	// have no Q6_K matrix of 2048 columns), the long decode step's
-	// attention (their contexts stop short of decodeSplitFrom) and the
+	// attention (their contexts stop short of the first tier of decodeSplits) and the
 	// o projection of a Q4_K model whose one-row attention quantizes (the
 	// test models have too few heads for it)
 	ks = append(ks, ops.AttentionBlockSplit(64), ops.AttentionBlockSplit(128), ops.AttentionBlockHeads(64, false), ops.AttentionBlockHeads(128, true), ops.ReadStream(), ops.DequantF16(ops.Q6_KA), ops.Embed(ops.Q6_KA),

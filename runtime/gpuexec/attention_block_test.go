@@ -18,11 +18,12 @@ import (
 // test, kernels/ops) on the three models' head shapes, steps of 512 rows
 // at positions 0 and 1536 and one of 37 rows at position 300, and one-row
 // steps from position 5 to 16383 (AttentionBlockD<hd>W1, AttentionBlockHeads
-// and AttentionBlockSplit + AttentionMerge in decodeSplitChunks pieces to
+// and AttentionBlockSplit + AttentionMerge in the first long step's pieces to
 // four times as many), and logs their times beside AttentionSplit +
 // AttentionMerge's on the same step.
 func TestGPUAttentionBlock(t *testing.T) {
-	maxChunks := 4 * max(decodeSplitChunks, ops.AttnSplitChunks)
+	chunks0 := decodeSplits[0].chunks
+	maxChunks := 4 * max(chunks0, ops.AttnSplitChunks)
 	c, s := tensorCoreStream(t)
 	split, merge := ops.AttentionSplit(), ops.AttentionMerge()
 	blocks := map[int]*kernel.Kernel{64: ops.AttentionBlock(64), 128: ops.AttentionBlock(128)}
@@ -43,7 +44,7 @@ func TestGPUAttentionBlock(t *testing.T) {
 		{"qwen3-0.6b", 128, 16, 8, 1, 5}, {"qwen3-0.6b", 128, 16, 8, 1, 64}, {"qwen3-0.6b", 128, 16, 8, 1, 127},
 		{"qwen3-0.6b", 128, 16, 8, 1, 511}, {"qwen3-0.6b", 128, 16, 8, 1, 2047},
 		{"llama-3.2-1b", 64, 32, 8, 1, 64}, {"llama-3.2-1b", 64, 32, 8, 1, 511},
-		// where the long decode step's split pays (decodeSplitFrom)
+		// where the long decode step's split pays (decodeSplits)
 		{"llama-3.1-8b", 128, 32, 8, 1, 255}, {"llama-3.1-8b", 128, 32, 8, 1, 1023}, {"llama-3.1-8b", 128, 32, 8, 1, 4095},
 		{"qwen3-0.6b", 128, 16, 8, 1, 8191}, {"llama-3.2-1b", 64, 32, 8, 1, 2047}, {"llama-3.1-8b", 128, 32, 8, 1, 16383},
 	} {
@@ -116,9 +117,9 @@ func TestGPUAttentionBlock(t *testing.T) {
 		t.Logf("%s heads, %d rows at position %d: %s %.1f µs (within %.2g of the reference), AttentionSplit+Merge %.1f µs", sh.name, sh.rows, sh.pos, bk.Name, bu, bworst, su)
 		// the long decode step's attention: AttentionBlockSplit's pieces
 		// (a CTA a group's heads and piece) folded by the same merge, the
-		// positions cut in the plan's decodeSplitChunks pieces, twice and
+		// positions cut in the first long step's pieces, twice and
 		// four times as many
-		for chunks := decodeSplitChunks; sh.rows == 1 && chunks <= 4*decodeSplitChunks; chunks *= 2 {
+		for chunks := chunks0; sh.rows == 1 && chunks <= 4*chunks0; chunks *= 2 {
 			_, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,
 				attnBufs{q: qd, kc: kd, vc: vd, part: pd, step: stepd, sc: sd, y: yd, nq: len(q), nkc: len(kc), nvc: len(vc), np: np, ns: ns},
 				sh.hd, sh.heads, group, dim, ctx, chunks, scale)

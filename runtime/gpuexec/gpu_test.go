@@ -47,12 +47,14 @@ func TestGPUMatchesCPU(t *testing.T) {
 			// AttentionBlock whatever the heads, then so with the long
 			// step (AttentionBlockSplit) from position 16; then without
 			// dependent launches (where the device has them)
-			defer func(h, f int) { decodeBlockHeads, decodeSplitFrom = h, f }(decodeBlockHeads, decodeSplitFrom)
+			defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
+			tiers, early := decodeSplits, []splitTier{{from: 16, chunks: 16}, {from: 24, chunks: 32}}
 			for _, c := range []struct {
-				heads, splitFrom int
-				dependent        string
-			}{{decodeBlockHeads, decodeSplitFrom, ""}, {1, decodeSplitFrom, ""}, {1, 16, ""}, {decodeBlockHeads, decodeSplitFrom, "0"}} {
-				decodeBlockHeads, decodeSplitFrom = c.heads, c.splitFrom
+				heads     int
+				splits    []splitTier
+				dependent string
+			}{{decodeBlockHeads, tiers, ""}, {1, tiers, ""}, {1, early, ""}, {decodeBlockHeads, tiers, "0"}} {
+				decodeBlockHeads, decodeSplits = c.heads, c.splits
 				t.Setenv("JITLLM_DEPENDENT_LAUNCH", c.dependent)
 				cpu.Truncate(0)
 				g := gpuRunner(t, m, exec.Options{Context: 128})

@@ -110,20 +110,22 @@ type launch struct {
 type plan struct {
 	allocs   []alloc
 	launches []launch // a one-row step
-	long     []launch // a one-row step at positions from longFrom (nil: launches at every position)
-	longFrom int
-	prefill  []launch     // a rows-row step
-	verify   []verifyStep // steps returning every row's logits, by rows (none: no verify steps)
-	setup    []launch     // run once after the uploads (the resident f16 weights' decode)
-	dst      *[]launch
-	step     int  // the I32 allocation [last real row, position, tokens…]
-	logits   view // the last node's output, one-row step
-	plogits  view // the logits of the last real row, prefill step
-	vocab    int
-	context  int
-	rows     int // prefill rows (1: no prefill plan)
-	kvRows   int // cache rows: context plus the padding of a last chunk and of AttentionBlock's last block
-	embRows  int // rows of the embedding matrix (the token ids accepted)
+	// longs are the one-row step from further positions on (splitTier:
+	// its attention split over CTAs), by position; none: launches at every
+	// position
+	longs   []longStep
+	prefill []launch     // a rows-row step
+	verify  []verifyStep // steps returning every row's logits, by rows (none: no verify steps)
+	setup   []launch     // run once after the uploads (the resident f16 weights' decode)
+	dst     *[]launch
+	step    int  // the I32 allocation [last real row, position, tokens…]
+	logits  view // the last node's output, one-row step
+	plogits view // the logits of the last real row, prefill step
+	vocab   int
+	context int
+	rows    int // prefill rows (1: no prefill plan)
+	kvRows  int // cache rows: context plus the padding of a last chunk and of AttentionBlock's last block
+	embRows int // rows of the embedding matrix (the token ids accepted)
 
 	tiles         bool  // prefill products on the tensor cores (MatMulBlock: sm_80 and later)
 	f16Left       int64 // bytes left for resident f16 copies of prefill weights (f16Budget)
@@ -386,18 +388,17 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return vectors[wi], nil
 	}
 	freqAllocs := map[int]int{}
-	splitFrom := 0   // the long step's first position (decodeSplitFrom)
-	splitChunks := 0 // and the pieces its attention cuts the positions into
+	var splits []splitTier // the long steps (decodeSplits)
 	// a one-row step's attention takes a CTA a key-value group (AttentionBlockHeads);
 	// JITLLM_ATTN_HEADS=0 a CTA a head (for comparisons on a device)
 	attnHeads := os.Getenv("JITLLM_ATTN_HEADS") != "0"
-	alts := map[int][]launch{} // one-row launches' indices the long step replaces, and by what
-	scratch := -1              // activations rounded to a matmul's partner type
-	scratch16 := -1            // the same rounded on to f16 for the tensor cores
-	scores := -1               // attention scores
-	parts := -1                // split attention's pieces
-	wf16 := -1                 // a prefill product's weights decoded to f16
-	q8, q8d := -1, -1          // the decode activation's quants and scales (MatVecDot*)
+	var alts []map[int][]launch // a long step's one-row launches' indices it replaces, and by what
+	scratch := -1               // activations rounded to a matmul's partner type
+	scratch16 := -1             // the same rounded on to f16 for the tensor cores
+	scores := -1                // attention scores
+	parts := -1                 // split attention's pieces
+	wf16 := -1                  // a prefill product's weights decoded to f16
+	q8, q8d := -1, -1           // the decode activation's quants and scales (MatVecDot*)
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -977,31 +978,33 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					if rows == 1 {
 						warps = 1
 					}
-					// a one-row step past decodeSplitFrom positions cuts
+					// a one-row step past a tier's position (decodeSplits) cuts
 					// the heads' positions over CTAs instead
 					// (AttentionBlockSplit, folded by AttentionMerge):
 					// its launches replace this one in the long step
 					long := func(mkMerge func() *kernel.Kernel, margs ...any) error {
-						if rows > 1 || p.context <= splitFrom {
-							return nil
+						for t, sp := range splits {
+							if rows > 1 || p.context <= sp.from {
+								return nil
+							}
+							if parts < 0 {
+								parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
+							}
+							np := ops.AttnPartLen(a.Heads, sp.chunks, hd)
+							p.allocs[parts].n = max(p.allocs[parts].n, np)
+							split := cached(fmt.Sprintf("AttentionBlockSplitD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockSplit(hd) })
+							merge, err := specialized(cached, mkMerge, map[string]any{"headDim": hd, "heads": a.Heads, "chunks": sp.chunks})
+							if err != nil {
+								return err
+							}
+							at, was := len(*p.dst)-1, p.dst
+							var alt []launch
+							p.dst = &alt
+							p.call(i, split, qIn, whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, sp.chunks, a.Scale)
+							p.call(i, merge, append([]any{view{parts, 0, np}, stepAll(p), out[i]}, margs...)...)
+							p.dst = was
+							alts[t][at] = alt
 						}
-						if parts < 0 {
-							parts = p.add(alloc{name: "attention pieces", kind: kernel.F32})
-						}
-						np := ops.AttnPartLen(a.Heads, splitChunks, hd)
-						p.allocs[parts].n = max(p.allocs[parts].n, np)
-						split := cached(fmt.Sprintf("AttentionBlockSplitD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockSplit(hd) })
-						merge, err := specialized(cached, mkMerge, map[string]any{"headDim": hd, "heads": a.Heads, "chunks": splitChunks})
-						if err != nil {
-							return err
-						}
-						at, was := len(*p.dst)-1, p.dst
-						var alt []launch
-						p.dst = &alt
-						p.call(i, split, qIn, whole(kc, p), whole(vc, p), stepAll(p), view{parts, 0, np}, a.Heads, group, dim, splitChunks, a.Scale)
-						p.call(i, merge, append([]any{view{parts, 0, np}, stepAll(p), out[i]}, margs...)...)
-						p.dst = was
-						alts[at] = alt
 						return nil
 					}
 					qn, qmk, qk := quantizedBy(i)
@@ -1100,25 +1103,27 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return view{out[id].a, out[id].off, g.Nodes[id].Cols}, nil
 	}
 	var err error
-	splitFrom, splitChunks = decodeSplitFrom, decodeSplitChunks
-	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_SPLIT_FROM")); err == nil && v > 0 {
-		splitFrom = v // for comparisons on a device
-	}
-	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_CHUNKS")); err == nil && v > 0 && v <= 1024 {
-		splitChunks = v // likewise
+	splits = splitTiers()
+	alts = make([]map[int][]launch, len(splits))
+	for t := range alts {
+		alts[t] = map[int][]launch{}
 	}
 	if p.logits, err = lower(1, &p.launches, false); err != nil {
 		return nil, err
 	}
-	if len(alts) > 0 {
+	for t, sp := range splits {
+		if len(alts[t]) == 0 {
+			continue
+		}
+		ls := longStep{from: sp.from}
 		for i, l := range p.launches {
-			if alt, ok := alts[i]; ok {
-				p.long = append(p.long, alt...)
+			if alt, ok := alts[t][i]; ok {
+				ls.launches = append(ls.launches, alt...)
 				continue
 			}
-			p.long = append(p.long, l)
+			ls.launches = append(ls.launches, l)
 		}
-		p.longFrom = splitFrom
+		p.longs = append(p.longs, ls)
 	}
 	if rows > 1 {
 		if p.plogits, err = lower(rows, &p.prefill, false); err != nil {
@@ -1143,17 +1148,37 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 
 // decodeAt is the one-row step's launches at position pos.
 func (p *plan) decodeAt(pos int) []launch {
-	if p.long != nil && pos >= p.longFrom {
-		return p.long
+	if t := p.longAt(pos); t >= 0 {
+		return p.longs[t].launches
 	}
 	return p.launches
+}
+
+// longAt is the index of the long step that runs position pos, −1 for the
+// one-row step's launches.
+func (p *plan) longAt(pos int) int {
+	for t := len(p.longs) - 1; t >= 0; t-- {
+		if pos >= p.longs[t].from {
+			return t
+		}
+	}
+	return -1
+}
+
+// longStep is the one-row step from position from on.
+type longStep struct {
+	from     int
+	launches []launch
 }
 
 // kernelList is every distinct kernel the plan launches, in first-use order.
 func (p *plan) kernelList() []*kernel.Kernel {
 	seen := map[*kernel.Kernel]bool{}
 	var ks []*kernel.Kernel
-	all := append(append(append(p.setup[:len(p.setup):len(p.setup)], p.launches...), p.long...), p.prefill...)
+	all := append(append(p.setup[:len(p.setup):len(p.setup)], p.launches...), p.prefill...)
+	for _, l := range p.longs {
+		all = append(all, l.launches...)
+	}
 	for _, v := range p.verify {
 		all = append(all, v.launches...)
 	}
@@ -1195,23 +1220,42 @@ func specialized(cached func(string, func() *kernel.Kernel) *kernel.Kernel, mk f
 	return cached(k.Name, func() *kernel.Kernel { return k }), nil
 }
 
-// decodeSplitFrom is the position from which a one-row step that attends
+// decodeSplits are the positions from which a one-row step that attends
 // with a CTA walking every block of positions (AttentionBlockHeads, or
 // AttentionBlockD<hd>W1) cuts the positions over CTAs instead
-// (AttentionBlockSplit + AttentionMerge, a second CUDA graph: the merge's
-// launch costs more than it saves while the walk is short), in
-// decodeSplitChunks pieces. Measured end to end (jitllm speed -d, tg64,
-// H100, 2026-12-06): split from 512 the 8B decodes 356.6 tok/s at depth
-// 512 against 323.4 from 1024, qwen3 803.8 against 784.7, both the same at
-// 1024 and 4096 (the merge then computed each piece's weight in every
-// lane; earlier, with an exp a value and a piece, 512 lost on qwen3).
-// Pieces: fewer were faster at every depth measured (8B at 4096: 298.5 in
-// 16, 290 in 32, 250 in 64, 223 in 128; at 16384 241 / 234 / 190 / 147;
-// qwen3 at 4096 615 / 560 / 473): each piece costs the merge a fold and
-// a CTA, and 16 pieces of 8 key-value heads already give the 132 SMs a
-// CTA each. A variable for the tests; JITLLM_ATTN_SPLIT_FROM and
-// JITLLM_ATTN_CHUNKS override them.
-var decodeSplitFrom, decodeSplitChunks = 512, 16
+// (AttentionBlockSplit + AttentionMerge, a long step: its own CUDA graph;
+// the merge's launch costs more than it saves while the walk is short),
+// and into how many pieces, by position (a later tier's from is larger).
+// Measured end to end (jitllm speed -d, tg64, 2026-12-06): split from 512
+// the 8B decodes 356.6 tok/s at depth 512 against 323.4 from 1024 (H100),
+// qwen3 803.8 against 784.7, both the same at 1024 and 4096; from 256 the
+// 8B gained 3% at depth 256 and qwen3 lost 2% (H200). Pieces (H200, the
+// merge's weights once a piece): at depth 4096 16 and 32 within 2% (8B
+// 362.9 / 370.5, qwen3 760.3 / 753.1), at 16384 32 faster (8B 281.5 /
+// 307.9, qwen3 550.5 / 574.1); earlier 64 and 128 were slower at every
+// depth: each piece costs the merge a fold and a CTA. The second tier's
+// 8192 lies between those depths, itself not measured. A variable for the
+// tests; JITLLM_ATTN_SPLIT_FROM (the first tier's position) and
+// JITLLM_ATTN_CHUNKS (one tier of that many pieces) override it.
+var decodeSplits = []splitTier{{from: 512, chunks: 16}, {from: 8192, chunks: 32}}
+
+// splitTier is a long step: the split attention from position from on, in
+// chunks pieces.
+type splitTier struct{ from, chunks int }
+
+// splitTiers is decodeSplits with the environment's overrides, for
+// comparisons on a device.
+func splitTiers() []splitTier {
+	ts := slices.Clone(decodeSplits)
+	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_SPLIT_FROM")); err == nil && v > 0 && len(ts) > 0 {
+		first := splitTier{from: v, chunks: ts[0].chunks}
+		ts = append([]splitTier{first}, slices.DeleteFunc(ts[1:], func(t splitTier) bool { return t.from <= v })...)
+	}
+	if v, err := strconv.Atoi(os.Getenv("JITLLM_ATTN_CHUNKS")); err == nil && v > 0 && v <= 1024 && len(ts) > 0 {
+		ts = []splitTier{{from: ts[0].from, chunks: v}}
+	}
+	return ts
+}
 
 // decodeBlockHeads is the fewest heads a one-row step attends with
 // AttentionBlock, a CTA a head: fewer would leave the GPU idle while each

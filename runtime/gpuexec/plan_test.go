@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -551,15 +552,16 @@ func TestDecodeAttentionBlock(t *testing.T) {
 	agree(t, cpu, newHostExec(p), 4, tolerance(name))
 }
 
-// Past decodeSplitFrom positions a one-row step attends with
-// AttentionBlockSplit + AttentionMerge in place of each AttentionBlockW1 (a
-// second step, plan.long, of one launch a layer more; the Q8_0 form's merge
-// quantizes as the block attention did), and the plan, interpreted across
-// the threshold, still generates what the CPU runner generates. Below
-// decodeSplitFrom's context there is no long step.
+// Past each tier's position (decodeSplits) a one-row step attends with
+// AttentionBlockSplit + AttentionMerge in the tier's pieces in place of each
+// AttentionBlockW1 (a long step, plan.longs, of one launch a layer more;
+// the Q8_0 form's merge quantizes as the block attention did), and the
+// plan, interpreted across both thresholds, still generates what the CPU
+// runner generates. A context that stops short of a tier has no long step
+// for it.
 func TestDecodeAttentionSplitLong(t *testing.T) {
-	defer func(h, f int) { decodeBlockHeads, decodeSplitFrom = h, f }(decodeBlockHeads, decodeSplitFrom)
-	decodeBlockHeads, decodeSplitFrom = 1, 9
+	defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
+	decodeBlockHeads, decodeSplits = 1, []splitTier{{from: 9, chunks: 16}, {from: 20, chunks: 32}}
 	for _, c := range []struct{ name, merge string }{
 		{"synth:qwen3-0.6b/Q8_0", "AttentionMergeQ8_0"}, {"synth:llama-3.2-1b/Q4_K_M", "AttentionMerge"},
 	} {
@@ -569,20 +571,31 @@ func TestDecodeAttentionSplitLong(t *testing.T) {
 			t.Fatal(err)
 		}
 		layers := m.Graph.Hyper.Int("block_count")
-		count := map[string]int{}
-		for _, l := range p.long {
-			switch {
-			case strings.HasPrefix(l.k.Name, "AttentionBlockSplit"):
-				count["split"]++
-			case strings.HasPrefix(l.k.Name, c.merge):
-				count["merge"]++
-			case strings.HasPrefix(l.k.Name, "AttentionBlock"):
-				count["block"]++
+		if len(p.longs) != len(decodeSplits) {
+			t.Fatalf("%s: %d long steps, want %d", c.name, len(p.longs), len(decodeSplits))
+		}
+		for i, ls := range p.longs {
+			count := map[string]int{}
+			chunks := fmt.Sprintf("chunks%d_", decodeSplits[i].chunks)
+			for _, l := range ls.launches {
+				switch {
+				case strings.HasPrefix(l.k.Name, "AttentionBlockSplit"):
+					count["split"]++
+				case strings.HasPrefix(l.k.Name, c.merge) && strings.Contains(l.k.Name, chunks):
+					count["merge"]++
+				case strings.HasPrefix(l.k.Name, "AttentionBlock"):
+					count["block"]++
+				}
+			}
+			if count["split"] != layers || count["merge"] != layers || count["block"] != 0 || len(ls.launches) != len(p.launches)+layers || ls.from != decodeSplits[i].from {
+				t.Errorf("%s: long step %d %v of %d launches from %d, want %d splits and %s merges in %s, %d launches from %d",
+					c.name, i, count, len(ls.launches), ls.from, layers, c.merge, chunks, len(p.launches)+layers, decodeSplits[i].from)
 			}
 		}
-		if count["split"] != layers || count["merge"] != layers || count["block"] != 0 || len(p.long) != len(p.launches)+layers || p.longFrom != decodeSplitFrom {
-			t.Errorf("%s: long step %v of %d launches from %d, want %d splits and %s merges, %d launches from %d",
-				c.name, count, len(p.long), p.longFrom, layers, c.merge, len(p.launches)+layers, decodeSplitFrom)
+		for pos, want := range map[int]int{0: -1, 8: -1, 9: 0, 19: 0, 20: 1, 63: 1} {
+			if got := p.longAt(pos); got != want {
+				t.Errorf("%s: position %d runs long step %d, want %d", c.name, pos, got, want)
+			}
 		}
 		cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
 		if err != nil {
@@ -590,12 +603,12 @@ func TestDecodeAttentionSplitLong(t *testing.T) {
 		}
 		agree(t, cpu, newHostExec(p), 20, tolerance(c.name))
 		cpu.Close()
-		short, err := newPlan(m, decodeSplitFrom, 4)
+		short, err := newPlan(m, 20, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if short.long != nil {
-			t.Errorf("%s: a long step in a context of %d positions", c.name, decodeSplitFrom)
+		if len(short.longs) != 1 {
+			t.Errorf("%s: %d long steps in a context of 20 positions, want 1", c.name, len(short.longs))
 		}
 	}
 }
@@ -953,5 +966,28 @@ func TestVerifyPlanMatchesCPU(t *testing.T) {
 			}
 			agreeRows(t, cpu, newHostExec(p), tolerance(name))
 		})
+	}
+}
+
+// The long steps' environment overrides, for comparisons on a device:
+// JITLLM_ATTN_SPLIT_FROM moves the first tier and drops those it passes,
+// JITLLM_ATTN_CHUNKS leaves one tier of that many pieces.
+func TestSplitTiersEnv(t *testing.T) {
+	for _, c := range []struct {
+		from, chunks string
+		want         []splitTier
+	}{
+		{"", "", decodeSplits},
+		{"256", "", append([]splitTier{{256, decodeSplits[0].chunks}}, decodeSplits[1:]...)},
+		{"100000", "", []splitTier{{100000, decodeSplits[0].chunks}}},
+		{"", "8", []splitTier{{decodeSplits[0].from, 8}}},
+		{"1024", "64", []splitTier{{1024, 64}}},
+		{"x", "0", decodeSplits},
+	} {
+		t.Setenv("JITLLM_ATTN_SPLIT_FROM", c.from)
+		t.Setenv("JITLLM_ATTN_CHUNKS", c.chunks)
+		if got := splitTiers(); !slices.Equal(got, c.want) {
+			t.Errorf("SPLIT_FROM %q CHUNKS %q: %v, want %v", c.from, c.chunks, got, c.want)
+		}
 	}
 }

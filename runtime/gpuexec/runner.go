@@ -28,11 +28,11 @@ type Runner struct {
 	sh      *shared // the module and constant allocations, with the runners that Share them
 	bufs    []cuda.Buffer
 	calls   []call   // a one-row step
-	lcalls  []call   // a one-row step from position p.longFrom (plan.long), nil where there is none
+	lcalls  [][]call // the long steps (plan.longs)
 	pcalls  []call   // a prefill step
 	vcalls  [][]call // the verify steps (plan.verify)
 	graph   *cuda.Graph
-	lgraph  *cuda.Graph   // lcalls captured
+	lgraphs []*cuda.Graph // lcalls captured
 	vgraphs []*cuda.Graph // vcalls captured
 	noGraph bool          // plain launches (SetGraphs(false), or capture failed)
 	capErr  error         // why capture failed, if it did
@@ -167,8 +167,13 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 		// that an early launch only takes the GPU's room, and rendered
 		// with the waits they ran 9% slower even launched as usual (H200)
 		decode := map[*kernel.Kernel]bool{am: true}
-		for _, l := range append(p.launches[:len(p.launches):len(p.launches)], p.long...) {
+		for _, l := range p.launches {
 			decode[l.k] = true
+		}
+		for _, ls := range p.longs {
+			for _, l := range ls.launches {
+				decode[l.k] = true
+			}
 		}
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }
 	}
@@ -344,8 +349,9 @@ func (r *Runner) bindOwn(setup bool) error {
 	if r.calls, err = r.bindCalls(p.launches, tg, fns, true); err != nil {
 		return err
 	}
-	if p.long != nil {
-		if r.lcalls, err = r.bindCalls(p.long, tg, fns, true); err != nil {
+	r.lcalls, r.lgraphs = make([][]call, len(p.longs)), make([]*cuda.Graph, len(p.longs))
+	for t, ls := range p.longs {
+		if r.lcalls[t], err = r.bindCalls(ls.launches, tg, fns, true); err != nil {
 			return err
 		}
 	}
@@ -522,7 +528,7 @@ func allowShared(fn *cuda.Function, n int) error {
 // Close frees the runner's device memory, graphs and stream, and the
 // weights and module where no runner that shares them is left.
 func (r *Runner) Close() {
-	for _, g := range append([]*cuda.Graph{r.graph, r.lgraph}, r.vgraphs...) {
+	for _, g := range append(append([]*cuda.Graph{r.graph}, r.lgraphs...), r.vgraphs...) {
 		if g != nil {
 			g.Destroy()
 		}
@@ -569,16 +575,16 @@ func (r *Runner) Truncate(n int) {
 // off (plain launches, one per kernel, every step).
 func (r *Runner) SetGraphs(on bool) {
 	r.noGraph = !on
-	for _, g := range []**cuda.Graph{&r.graph, &r.lgraph} {
-		if !on && *g != nil {
-			(*g).Destroy()
-			*g = nil
-		}
+	if !on && r.graph != nil {
+		r.graph.Destroy()
+		r.graph = nil
 	}
-	for i, g := range r.vgraphs {
-		if !on && g != nil {
-			g.Destroy()
-			r.vgraphs[i] = nil
+	for _, gs := range [][]*cuda.Graph{r.lgraphs, r.vgraphs} {
+		for i, g := range gs {
+			if !on && g != nil {
+				g.Destroy()
+				gs[i] = nil
+			}
 		}
 	}
 }
@@ -818,12 +824,12 @@ func (r *Runner) prefillStep(toks []int32, out []float32, keep bool) error {
 }
 
 // enqueue puts the one-row step at r.pos on the stream: the short or the
-// long step's (plan.long) captured graph, captured on first use, or every
+// long step's (plan.longs) captured graph, captured on first use, or every
 // launch.
 func (r *Runner) enqueue() error {
 	calls, graph := r.calls, &r.graph
-	if r.lcalls != nil && r.pos >= r.p.longFrom { // as plan.decodeAt
-		calls, graph = r.lcalls, &r.lgraph
+	if t := r.p.longAt(r.pos); t >= 0 { // as plan.decodeAt
+		calls, graph = r.lcalls[t], &r.lgraphs[t]
 	}
 	return r.replay(calls, graph)
 }

@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/jitllm/jitllm/runtime/cuda/cudatest"
@@ -28,13 +29,13 @@ func TestDecodeAllocsStandIn(t *testing.T) {
 // decodeAllocs measures a warm decode step's Go heap allocations on the
 // device runtime/cuda has loaded: Forward with and without graphs,
 // ForwardGreedy and ForwardRows of a speculative step, each reported to
-// check, and Forward past decodeSplitFrom.
+// check, and Forward in each long step (decodeSplits).
 func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64)) {
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
 	// the decode attention of models of 16 heads and more (the block
-	// attention, and past decodeSplitFrom the long step's split)
-	defer func(h, f int) { decodeBlockHeads, decodeSplitFrom = h, f }(decodeBlockHeads, decodeSplitFrom)
-	decodeBlockHeads, decodeSplitFrom = 1, 512
+	// attention, and past each tier's position the long step's split)
+	defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
+	decodeBlockHeads, decodeSplits = 1, []splitTier{{from: 512, chunks: 16}, {from: 768, chunks: 32}}
 	for _, graphs := range []bool{true, false} {
 		g := gpuRunner(t, m, exec.Options{Context: 1024, Tune: tune.Off})
 		g.SetGraphs(graphs)
@@ -64,18 +65,20 @@ func decodeAllocs(t *testing.T, check func(graphs bool, what string, n float64))
 			}
 			g.Truncate(pos + 1)
 		}))
-		// past decodeSplitFrom: the long step's graph (or launches)
-		if g.lcalls == nil {
-			t.Fatalf("no long step in a context of 1024")
+		// past each tier's position: its long step's graph (or launches)
+		if len(g.lcalls) != len(decodeSplits) {
+			t.Fatalf("%d long steps in a context of 1024, want %d", len(g.lcalls), len(decodeSplits))
 		}
-		if _, err := g.Forward(make([]int32, decodeSplitFrom)); err != nil {
-			t.Fatal(err)
-		}
-		check(graphs, "Forward (long step)", testing.AllocsPerRun(50, func() {
-			if _, err := g.Forward(tok); err != nil {
+		for i, sp := range decodeSplits {
+			if _, err := g.Forward(make([]int32, sp.from-g.Pos())); err != nil {
 				t.Fatal(err)
 			}
-		}))
+			check(graphs, fmt.Sprintf("Forward (long step %d)", i), testing.AllocsPerRun(50, func() {
+				if _, err := g.Forward(tok); err != nil {
+					t.Fatal(err)
+				}
+			}))
+		}
 	}
 }
 
