@@ -10,21 +10,32 @@
 #
 # GPU_CHECK_TESTS (a -test.run pattern, default GPU|Kernels|NoDriver) and GPU_CHECK_SPEED=0 (tests only)
 # narrow a run; GPU_CHECK_MODELS lists the synth shapes timed (default: the three of docs/perf).
+# GPU_CHECK_BINS narrows the build (default: cuda gpuexec sched graphs convert jitllm; a run skips what is
+# missing): the device tool carries at most 64 MiB with the tree, which is near 58 MB, and all six
+# compressed binaries take 11 MB, so a session that needs only gpuexec and jitllm builds those.
 set -eu
 cmd=${1:-}
 bin=.devbin
 case "$cmd" in
 build)
 	mkdir -p "$bin"
-	for p in cuda gpuexec sched; do
-		CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/$p.test" "./runtime/$p"
-	done
-	# the transformers references (python3 with torch there): the graphs and the HF converter
-	CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/graphs.test" ./graphs
-	CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/convert.test" ./runtime/convert
-	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$bin/jitllm" ./cmd/jitllm
 	rm -f "$bin"/*.xz
-	xz -T0 -9 "$bin"/*.test "$bin/jitllm"
+	for b in ${GPU_CHECK_BINS:-cuda gpuexec sched graphs convert jitllm}; do
+		case "$b" in
+		cuda | gpuexec | sched) CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/$b.test" "./runtime/$b" ;;
+		# the transformers references (python3 with torch there): the graphs and the HF converter
+		graphs) CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/graphs.test" ./graphs ;;
+		convert) CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/convert.test" ./runtime/convert ;;
+		jitllm) CGO_ENABLED=0 go build -ldflags='-s -w' -o "$bin/jitllm" ./cmd/jitllm ;;
+		*)
+			echo "gpu-check: unknown binary $b" >&2
+			exit 2
+			;;
+		esac
+	done
+	for f in "$bin"/*.test "$bin"/jitllm; do
+		if [ -f "$f" ]; then xz -T0 -9 -f "$f"; fi
+	done
 	ls -l "$bin"
 	;;
 run)
@@ -41,23 +52,26 @@ run)
 	{
 		nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
 		for p in cuda gpuexec sched; do
+			[ -x "$B/$p.test" ] || continue
 			echo "== runtime/$p"
 			(cd "$root/runtime/$p" && "$B/$p.test" -test.v -test.timeout 480s -test.run "$tests" 2>&1 |
 				grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true)
 		done
 		for d in graphs runtime/convert; do
+			[ -x "$B/$(basename "$d").test" ] || continue
 			echo "== $d against transformers"
 			(cd "$root/$d" && "$B/$(basename "$d").test" -test.v -test.timeout 300s -test.run 'Transformers' 2>&1 |
 				grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true)
 		done
 		# the prefill products on wgmma (sm_90a), not yet the default: the whole runner with them
 		for w in 1 2; do
+			[ -x "$B/gpuexec.test" ] || break
 			echo "== runtime/gpuexec with JITLLM_WGMMA=$w"
 			(cd "$root/runtime/gpuexec" && JITLLM_WGMMA=$w "$B/gpuexec.test" -test.v -test.timeout 300s \
 				-test.run 'TestGPUMatchesCPU|TestGPUMatchesInterpretedPlan' 2>&1 |
 				grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go' || true)
 		done
-		if [ "${GPU_CHECK_SPEED:-1}" != 0 ]; then
+		if [ "${GPU_CHECK_SPEED:-1}" != 0 ] && [ -x "$B/jitllm" ]; then
 			export XDG_CACHE_HOME=/tmp/gpu-check-cache
 			for spec in ${GPU_CHECK_MODELS:-llama-3.2-1b:q4_k_m qwen3-0.6b:q8_0 llama-3.1-8b:q4_k_m}; do
 				like=${spec%%:*} typ=${spec##*:}
@@ -70,6 +84,9 @@ run)
 				echo "-- decode at depth 4096: the long step (AttentionBlockSplit), then without it"
 				"$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				JITLLM_ATTN_SPLIT_FROM=1000000 "$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
+				echo "-- decode at depth 16384: the 32-piece tier from 8192, then 16 pieces throughout"
+				"$B/jitllm" speed "$f" -p 0 -n 64 -d 16384 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
+				JITLLM_ATTN_CHUNKS=16 "$B/jitllm" speed "$f" -p 0 -n 64 -d 16384 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				for w in 1 2; do
 					echo "-- JITLLM_WGMMA=$w"
 					JITLLM_WGMMA=$w "$B/jitllm" speed "$f" -p 512 -n 0 -r 2 -devices cuda 2>&1 | grep -E 'pp512|error' || true
