@@ -143,6 +143,18 @@ func AttentionMergeQ8_K() *k.Kernel { return attentionMerge(256) }
 // (mergeWeights) and reads back.
 func AttnPartLen(pairs, chunks, headDim int) int { return pairs * chunks * (headDim + 3) }
 
+// mergePieces is where pair t's pieces lie in part: nc of them hold
+// positions, each stride values (its output, maximum and sum) from base,
+// their weights from wbase.
+func mergePieces(b *k.Builder, step *k.Buf, hd, heads, chunks, pairs, t k.Expr) (nc, stride, base, wbase k.Expr) {
+	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
+	nc = b.Let("nc", n.Add(l).Sub(1).Div(l))
+	stride = b.Let("stride", hd.Add(2))
+	base = b.Let("base", t.Mul(chunks).Mul(stride))
+	wbase = b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
+	return nc, stride, base, wbase
+}
+
 // mergeWeights stores pair t's piece weights exp(m_c − M) after the pieces
 // in part, a piece a thread of the group (the cooperative loop "wc"), M
 // their largest maximum: each weight's exp (f64, correctly rounded: what
@@ -151,11 +163,7 @@ func AttnPartLen(pairs, chunks, headDim int) int { return pairs * chunks * (head
 // stores are ordered before the group's later loads (a cooperative loop
 // that stores ends with the group's barrier).
 func mergeWeights(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k.Expr) {
-	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
-	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
-	stride := b.Let("stride", hd.Add(2))
-	base := b.Let("base", t.Mul(chunks).Mul(stride))
-	wbase := b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
+	nc, stride, base, wbase := mergePieces(b, step, hd, heads, chunks, pairs, t)
 	b.For("wc", 0, nc, func(c k.Expr) {
 		M := b.Acc("M", k.OpMax, k.F(math.Inf(-1)))
 		b.For("cm", 0, chunks, func(c k.Expr) { // every piece, those past nc as −Inf (see mergeHead)
@@ -173,11 +181,7 @@ func mergeWeights(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k
 // that an unrolled walk issues every piece's loads at once; walking nc
 // pieces, the loads of a rolled remainder each waited out L2's latency.
 func mergeHead(b *k.Builder, part, step *k.Buf, hd, heads, chunks, pairs, t k.Expr) (out func(d k.Expr) k.Expr, fold func(d0 k.Expr, n int) []k.Expr) {
-	n, l := attnChunk(b, step.At(1), t.Div(heads), chunks)
-	nc := b.Let("nc", n.Add(l).Sub(1).Div(l))
-	stride := b.Let("stride", hd.Add(2))
-	base := b.Let("base", t.Mul(chunks).Mul(stride))
-	wbase := b.Let("wbase", pairs.Mul(chunks).Mul(stride).Add(t.Mul(chunks)))
+	nc, stride, base, wbase := mergePieces(b, step, hd, heads, chunks, pairs, t)
 	den := b.Sum("den", k.F32, 0, chunks, func(c k.Expr) k.Expr {
 		return k.Select(c.Lt(nc), part.At(base.Add(c.Mul(stride)).Add(hd).Add(1)).Mul(part.At(wbase.Add(c))), 0)
 	})

@@ -45,7 +45,7 @@ func RoundBF16F16() *k.Kernel {
 // of F16), the operand of an F16 matrix's prefill product on the tensor
 // cores.
 func RoundF16() *k.Kernel {
-	return roundF16Kernel("RoundF16", "sets y to x rounded to f16.", func(_ *k.Builder, x k.Expr) k.Expr { return x })
+	return roundF16Kernel("RoundF16", "sets y to x rounded to f16.", keepF32)
 }
 
 // roundF16Kernel stores each value of x, rounded by round, as the nearest
