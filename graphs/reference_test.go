@@ -6,28 +6,12 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/jitllm/jitllm/graphs/reftest"
 	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/synth"
 	"github.com/jitllm/jitllm/runtime/weights"
 )
-
-// tinyShape is a preset's architecture at a size a test runs in
-// milliseconds; the head width is not embd/heads (as on qwen3-0.6b), so a
-// graph that assumed it would fail.
-func tinyShape(t *testing.T, like string) synth.Shape {
-	s, err := synth.Like(like)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Vocab, s.Embd, s.Heads, s.KVHeads, s.FF = 300, 96, 4, 2, 160
-	if s.QKNorm {
-		s.HeadDim = 32
-	} else {
-		s.HeadDim = 24 // llama derives it from embd/heads
-	}
-	return s
-}
 
 // tinyModel writes a 2-block F16 model of shape s and loads it.
 func tinyModel(t *testing.T, s synth.Shape) *exec.Model {
@@ -226,7 +210,7 @@ func TestGraphsMatchReference(t *testing.T) {
 		neox bool
 	}{{"llama-3.2-1b", false}, {"qwen3-0.6b", true}} {
 		t.Run(c.like, func(t *testing.T) {
-			s := tinyShape(t, c.like)
+			s := reftest.Shape(t, c.like, 300)
 			m := tinyModel(t, s)
 			prompt := []int32{1, 17, 250, 4, 99, 3, 120, 7}
 			r, err := exec.NewRunner(m, exec.Options{Threads: 2, MaxBatch: len(prompt), Context: 16, LogitsAll: true})

@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/jitllm/jitllm/graphs/reftest"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/synth"
 )
@@ -72,36 +71,13 @@ func writeHF(t *testing.T, m *exec.Model, s synth.Shape, tokens []int32, path st
 // logits of a short prompt. It needs python3 with torch and transformers
 // (the GPU machine has them) and skips, saying so, where they are absent.
 func TestQwen3MatchesTransformers(t *testing.T) {
-	py, err := osexec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3: the transformers reference cannot run here")
-	}
-	if out, err := osexec.Command(py, "-c", "import torch, transformers").CombinedOutput(); err != nil {
-		t.Skipf("python3 lacks torch or transformers (%v): the reference cannot run here\n%s", err, lastLine(out))
-	}
-	s := tinyShape(t, "qwen3-0.6b")
+	py := reftest.Python(t)
+	s := reftest.Shape(t, "qwen3-0.6b", 300)
 	m := tinyModel(t, s)
 	prompt := []int32{1, 17, 250, 4, 99, 3, 120, 7, 64, 200}
 	path := filepath.Join(t.TempDir(), "weights.bin")
 	writeHF(t, m, s, prompt, path)
-	cmd := osexec.Command(py, filepath.Join("testdata", "hf_logits.py"), path)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hf_logits.py: %v\n%s", err, stderr.String())
-	}
-	var ref struct {
-		Logits       [][]float64 `json:"logits"`
-		Transformers string      `json:"transformers"`
-		Torch        string      `json:"torch"`
-	}
-	if err := json.Unmarshal(out, &ref); err != nil {
-		t.Fatalf("hf_logits.py output: %v", err)
-	}
-	if len(ref.Logits) != len(prompt) {
-		t.Fatalf("reference has %d rows, want %d", len(ref.Logits), len(prompt))
-	}
+	ref := reftest.Logits(t, py, filepath.Join("testdata", "hf_logits.py"), path)
 	r, err := exec.NewRunner(m, exec.Options{Threads: 2, MaxBatch: len(prompt), Context: 16, LogitsAll: true})
 	if err != nil {
 		t.Fatal(err)
@@ -111,27 +87,5 @@ func TestQwen3MatchesTransformers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var worst, scale float64
-	for pos, want := range ref.Logits {
-		row := got[pos*s.Vocab : (pos+1)*s.Vocab]
-		if len(want) != s.Vocab {
-			t.Fatalf("reference row %d has %d logits", pos, len(want))
-		}
-		for i, w := range want {
-			worst = math.Max(worst, math.Abs(float64(row[i])-w))
-			scale = math.Max(scale, math.Abs(w))
-		}
-	}
-	t.Logf("transformers %s, torch %s: max |logit − reference| %.3g of max |logit| %.3g", ref.Transformers, ref.Torch, worst, scale)
-	if worst > 0.003*scale || scale == 0 {
-		t.Errorf("logits differ from transformers' by %.3g (max |logit| %.3g)", worst, scale)
-	}
-}
-
-func lastLine(b []byte) string {
-	b = bytes.TrimSpace(b)
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return string(b)
+	reftest.Compare(t, got, len(prompt), s.Vocab, ref)
 }

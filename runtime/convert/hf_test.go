@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"math"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jitllm/jitllm/dsl"
+	"github.com/jitllm/jitllm/graphs/reftest"
 	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/exec"
 	"github.com/jitllm/jitllm/runtime/generate"
@@ -24,27 +24,11 @@ import (
 	"github.com/jitllm/jitllm/runtime/tokenizer/tokenizertest"
 )
 
-// hfShape is a small synth shape of a preset: vocabulary 320 (the tiny
-// tokenizer's 302 tokens padded), two blocks.
-func hfShape(t testing.TB, like string) synth.Shape {
-	s, err := synth.Like(like)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Vocab, s.Embd, s.Heads, s.KVHeads, s.FF = 320, 96, 4, 2, 160
-	if s.QKNorm {
-		s.HeadDim = 32
-	} else {
-		s.HeadDim = 24
-	}
-	return s
-}
-
 // synthModel writes a two-block F16 synth GGUF of like's small shape
-// (hfShape) into dir and loads it.
+// (reftest.Shape) into dir and loads it.
 func synthModel(t testing.TB, like, dir string) (synth.Shape, *exec.Model) {
 	t.Helper()
-	s := hfShape(t, like)
+	s := reftest.Shape(t, like, 320) // the tiny tokenizer's 302 tokens padded
 	path := filepath.Join(dir, "model.gguf")
 	if _, err := synth.Write(context.Background(), path, synth.Options{Shape: s, Type: synth.F16, Seed: 5, Layers: 2}); err != nil {
 		t.Fatal(err)
@@ -378,13 +362,7 @@ func TestRopeFactorsLlama3(t *testing.T) {
 // transformers (the GPU machine has them) and skips, saying so, where they
 // are absent.
 func TestConvertHFMatchesTransformers(t *testing.T) {
-	py, err := osexec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3: the transformers reference cannot run here")
-	}
-	if err := osexec.Command(py, "-c", "import torch, transformers").Run(); err != nil {
-		t.Skipf("python3 lacks torch or transformers (%v): the reference cannot run here", err)
-	}
+	py := reftest.Python(t)
 	tok, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "tiny.tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -418,20 +396,7 @@ func TestConvertHFMatchesTransformers(t *testing.T) {
 			ck := t.TempDir()
 			cfg, _ := json.Marshal(c.config)
 			pj, _ := json.Marshal(prompt)
-			cmd := osexec.Command(py, filepath.Join("testdata", "hf_checkpoint.py"), ck, c.modelType, string(cfg), string(pj))
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("hf_checkpoint.py: %v\n%s", err, stderr.String())
-			}
-			var ref struct {
-				Logits       [][]float64 `json:"logits"`
-				Transformers string      `json:"transformers"`
-			}
-			if err := json.Unmarshal(out, &ref); err != nil {
-				t.Fatalf("hf_checkpoint.py output: %v", err)
-			}
+			ref := reftest.Logits(t, py, filepath.Join("testdata", "hf_checkpoint.py"), ck, c.modelType, string(cfg), string(pj))
 			if err := os.WriteFile(filepath.Join(ck, "tokenizer.json"), tok, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -441,21 +406,7 @@ func TestConvertHFMatchesTransformers(t *testing.T) {
 			}
 			m := loadModel(t, jl).Exec
 			got := logitsOf(t, m, prompt)
-			vocab := 320
-			if len(ref.Logits) != len(prompt) || len(got) != len(prompt)*vocab {
-				t.Fatalf("%d reference rows, %d logits", len(ref.Logits), len(got))
-			}
-			var worst, scale float64
-			for pos, want := range ref.Logits {
-				for i, w := range want {
-					worst = math.Max(worst, math.Abs(float64(got[pos*vocab+i])-w))
-					scale = math.Max(scale, math.Abs(w))
-				}
-			}
-			t.Logf("transformers %s: max |logit − reference| %.3g of max |logit| %.3g", ref.Transformers, worst, scale)
-			if worst > 0.003*scale || scale == 0 || math.IsNaN(worst) {
-				t.Errorf("logits differ from transformers' by %.3g (max |logit| %.3g)", worst, scale)
-			}
+			reftest.Compare(t, got, len(prompt), 320, ref)
 		})
 	}
 }
