@@ -11,6 +11,7 @@ import k "github.com/jitllm/jitllm/dsl/kernel"
 // f16 copies take BF16 as a BlockDecode of one value a block (Embed,
 // DequantF16), and a prefill product's activation is rounded as the
 // mat-vec rounds it, then to f16 for the tensor cores (RoundBF16F16).
+// F16 matrices reach the tensor cores the same way (F16, RoundF16).
 
 // BF16 decodes a bfloat16 row as blocks of one value: its two bytes are
 // the top half of the f32 (quant.BF16ToF32). It is not one of Blocks():
