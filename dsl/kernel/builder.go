@@ -152,8 +152,10 @@ type Kernel struct {
 	Schedule Schedule
 	Doc      string // one line for renderers' comments
 	Result   Expr   // the kernel's return value (Return), evaluated after Body; nil for none
-	NVars    int
-	NBufs    int
+	// Phases, where set, are kernels run in turn in place of Body (Phases)
+	Phases []*Kernel
+	NVars  int
+	NBufs  int
 }
 
 // Builder records one kernel. It holds all state, so kernels build

@@ -17,6 +17,21 @@ func Run(k *Kernel, args ...any) (err error) { return run(k, nil, args...) }
 // run interprets k, under the Orders of its default schedule (which, unlike
 // Split and Unroll, decide its rounding), and sets *res to its Result.
 func run(k *Kernel, res *val, args ...any) (err error) {
+	if len(k.Phases) > 0 {
+		per, err := PhaseArgs(k, args)
+		if err != nil {
+			return err
+		}
+		if _, ok := args[len(args)-1].([]uint32); !ok {
+			return fmt.Errorf("kernel %s: barrier given a %T (a []uint32)", k.Name, args[len(args)-1])
+		}
+		for i, p := range k.Phases {
+			if err := run(p, nil, per[i]...); err != nil {
+				return fmt.Errorf("kernel %s: %w", k.Name, err)
+			}
+		}
+		return nil
+	}
 	if hasThreads(k.Schedule) {
 		// cooperative loops are marked by Apply (which lowers the Orders too)
 		if k, err = Apply(k, Schedule{}); err != nil {

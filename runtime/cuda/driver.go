@@ -19,44 +19,45 @@ type Result int32
 
 // api holds the driver entry points used by jitllm.
 var api struct {
-	cuInit                    func(flags uint32) Result
-	cuDriverGetVersion        func(v *int32) Result
-	cuDeviceGetCount          func(n *int32) Result
-	cuDeviceGet               func(d *int32, ordinal int32) Result
-	cuDeviceGetName           func(name *byte, n int32, d int32) Result
-	cuDeviceGetAttribute      func(v *int32, attr int32, d int32) Result
-	cuDeviceTotalMem          func(bytes *uint64, d int32) Result
-	cuDevicePrimaryCtxRetain  func(ctx *uintptr, d int32) Result
-	cuDevicePrimaryCtxRelease func(d int32) Result
-	cuCtxSynchronize          func() Result
-	cuMemGetInfo              func(free, total *uint64) Result
-	cuMemAlloc                func(p *uint64, bytes uint64) Result
-	cuMemFree                 func(p uint64) Result
-	cuMemAllocHost            func(p *unsafe.Pointer, bytes uint64) Result
-	cuMemFreeHost             func(p unsafe.Pointer) Result
-	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, bytes uint64) Result
-	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, bytes uint64) Result
-	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) Result
-	cuMemsetD8                func(p uint64, v uint8, n uint64) Result
-	cuDeviceCanAccessPeer     func(can *int32, dev, peer int32) Result
-	cuCtxEnablePeerAccess     func(peer uintptr, flags uint32) Result
-	cuModuleLoadDataEx        func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
-	cuModuleUnload            func(m uintptr) Result
-	cuModuleGetFunction       func(f *uintptr, m uintptr, name *byte) Result
-	cuFuncSetAttribute        func(f uintptr, attr int32, v int32) Result
-	cuStreamCreate            func(s *uintptr, flags uint32) Result
-	cuStreamDestroy           func(s uintptr) Result
-	cuStreamBeginCapture      func(s uintptr, mode int32) Result
-	cuStreamEndCapture        func(s uintptr, g *uintptr) Result
-	cuGraphInstantiate        func(e *uintptr, g uintptr, flags uint64) Result
-	cuGraphExecDestroy        func(e uintptr) Result
-	cuGraphDestroy            func(g uintptr) Result
-	cuEventCreate             func(e *uintptr, flags uint32) Result
-	cuEventSynchronize        func(e uintptr) Result
-	cuEventElapsedTime        func(ms *float32, start, end uintptr) Result
-	cuEventDestroy            func(e uintptr) Result
-	cuGetErrorName            func(r Result, s **byte) Result
-	cuGetErrorString          func(r Result, s **byte) Result
+	cuInit                                      func(flags uint32) Result
+	cuDriverGetVersion                          func(v *int32) Result
+	cuDeviceGetCount                            func(n *int32) Result
+	cuDeviceGet                                 func(d *int32, ordinal int32) Result
+	cuDeviceGetName                             func(name *byte, n int32, d int32) Result
+	cuDeviceGetAttribute                        func(v *int32, attr int32, d int32) Result
+	cuDeviceTotalMem                            func(bytes *uint64, d int32) Result
+	cuDevicePrimaryCtxRetain                    func(ctx *uintptr, d int32) Result
+	cuDevicePrimaryCtxRelease                   func(d int32) Result
+	cuCtxSynchronize                            func() Result
+	cuMemGetInfo                                func(free, total *uint64) Result
+	cuMemAlloc                                  func(p *uint64, bytes uint64) Result
+	cuMemFree                                   func(p uint64) Result
+	cuMemAllocHost                              func(p *unsafe.Pointer, bytes uint64) Result
+	cuMemFreeHost                               func(p unsafe.Pointer) Result
+	cuMemcpyHtoD                                func(dst uint64, src unsafe.Pointer, bytes uint64) Result
+	cuMemcpyDtoH                                func(dst unsafe.Pointer, src uint64, bytes uint64) Result
+	cuMemcpyDtoD                                func(dst, src uint64, bytes uint64) Result
+	cuMemsetD8                                  func(p uint64, v uint8, n uint64) Result
+	cuDeviceCanAccessPeer                       func(can *int32, dev, peer int32) Result
+	cuCtxEnablePeerAccess                       func(peer uintptr, flags uint32) Result
+	cuModuleLoadDataEx                          func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
+	cuModuleUnload                              func(m uintptr) Result
+	cuModuleGetFunction                         func(f *uintptr, m uintptr, name *byte) Result
+	cuFuncSetAttribute                          func(f uintptr, attr int32, v int32) Result
+	cuOccupancyMaxActiveBlocksPerMultiprocessor func(n *int32, f uintptr, block int32, shared uint64) Result
+	cuStreamCreate                              func(s *uintptr, flags uint32) Result
+	cuStreamDestroy                             func(s uintptr) Result
+	cuStreamBeginCapture                        func(s uintptr, mode int32) Result
+	cuStreamEndCapture                          func(s uintptr, g *uintptr) Result
+	cuGraphInstantiate                          func(e *uintptr, g uintptr, flags uint64) Result
+	cuGraphExecDestroy                          func(e uintptr) Result
+	cuGraphDestroy                              func(g uintptr) Result
+	cuEventCreate                               func(e *uintptr, flags uint32) Result
+	cuEventSynchronize                          func(e uintptr) Result
+	cuEventElapsedTime                          func(ms *float32, start, end uintptr) Result
+	cuEventDestroy                              func(e uintptr) Result
+	cuGetErrorName                              func(r Result, s **byte) Result
+	cuGetErrorString                            func(r Result, s **byte) Result
 }
 
 // hot holds the addresses of the entry points a decode step calls, called
@@ -149,6 +150,7 @@ var symbols = []struct {
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
 	{&api.cuFuncSetAttribute, "cuFuncSetAttribute"},
+	{&api.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuStreamCreate, "cuStreamCreate"},
 	{&api.cuStreamDestroy, "cuStreamDestroy_v2"},
 	{&api.cuStreamBeginCapture, "cuStreamBeginCapture_v2"},

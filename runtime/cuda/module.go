@@ -53,13 +53,25 @@ type Function struct {
 	f    uintptr
 	Name string
 	c    *Context
-	dep  *dependentLaunch // LaunchDependent's config, made on first use and reused (no allocation a launch)
+	// LaunchDependent's and LaunchResident's configs, made on first use
+	// and reused (no allocation a launch)
+	dep, res, resDep *launchEx
 }
 
-// dependentLaunch is a CUlaunchConfig with its one attribute beside it.
-type dependentLaunch struct {
-	cfg  launchConfig
-	attr launchAttr
+// launchEx is a CUlaunchConfig with its attributes beside it.
+type launchEx struct {
+	cfg   launchConfig
+	attrs [2]launchAttr
+}
+
+// newLaunchEx is a config setting each of ids to 1.
+func newLaunchEx(ids ...uint32) *launchEx {
+	l := &launchEx{}
+	for i, id := range ids {
+		l.attrs[i].id, l.attrs[i].value[0] = id, 1
+	}
+	l.cfg.attrs, l.cfg.numAttrs = &l.attrs[0], uint32(len(ids))
+	return l
 }
 
 // Function looks up a kernel by its .entry name.
@@ -123,8 +135,11 @@ type launchAttr struct {
 	value [8]uint64
 }
 
-// attrProgrammaticSerialization is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
-const attrProgrammaticSerialization = 6
+// Launch attributes (CUlaunchAttributeID).
+const (
+	attrCooperative               = 2 // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+	attrProgrammaticSerialization = 6 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+)
 
 // CanLaunchDependent reports whether the driver launches kernels early
 // after the one before them (programmatic dependent launch, sm_90 on):
@@ -137,15 +152,36 @@ func CanLaunchDependent() bool { return hot.cuLaunchKernelEx != 0 }
 // griddepcontrol.launch_dependents (or exited). Captured into a graph, it
 // becomes a programmatic edge.
 func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a *Args) error {
+	if f.dep == nil {
+		f.dep = newLaunchEx(attrProgrammaticSerialization)
+	}
+	return f.launchEx(f.dep, grid, block, shared, s, a)
+}
+
+// LaunchResident launches f cooperatively: every CTA of the grid resident
+// at once (at most ActiveBlocks a multiprocessor), as a kernel whose CTAs
+// meet at grid barriers needs; with dependent, also as LaunchDependent.
+func (f *Function) LaunchResident(grid, block Dim3, shared uint32, s *Stream, a *Args, dependent bool) error {
+	l := &f.res
+	if dependent {
+		l = &f.resDep
+	}
+	if *l == nil {
+		if dependent {
+			*l = newLaunchEx(attrCooperative, attrProgrammaticSerialization)
+		} else {
+			*l = newLaunchEx(attrCooperative)
+		}
+	}
+	return f.launchEx(*l, grid, block, shared, s, a)
+}
+
+// launchEx launches f through cuLaunchKernelEx with l's attributes.
+func (f *Function) launchEx(l *launchEx, grid, block Dim3, shared uint32, s *Stream, a *Args) error {
 	if hot.cuLaunchKernelEx == 0 {
 		return fmt.Errorf("launching %s: %w (no cuLaunchKernelEx)", f.Name, ErrOldDriver)
 	}
-	if f.dep == nil {
-		f.dep = &dependentLaunch{attr: launchAttr{id: attrProgrammaticSerialization}}
-		f.dep.attr.value[0] = 1
-		f.dep.cfg.attrs, f.dep.cfg.numAttrs = &f.dep.attr, 1
-	}
-	cfg := &f.dep.cfg // the driver reads it during the call only
+	cfg := &l.cfg // the driver reads it during the call only
 	var params unsafe.Pointer
 	cfg.stream, params = launchOperands(s, a)
 	cfg.grid, cfg.block, cfg.shared = grid, block, shared
@@ -156,6 +192,17 @@ func (f *Function) LaunchDependent(grid, block Dim3, shared uint32, s *Stream, a
 		return fmt.Errorf("launching %s: %w", f.Name, r)
 	}
 	return nil
+}
+
+// ActiveBlocks is how many CTAs of block threads using shared bytes of
+// dynamic shared memory fit on one multiprocessor at once.
+func (f *Function) ActiveBlocks(block, shared int) (int, error) {
+	defer f.c.enter()()
+	var n int32
+	if err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f.f, int32(block), uint64(shared))); err != nil {
+		return 0, fmt.Errorf("%s: %w", f.Name, err)
+	}
+	return int(n), nil
 }
 
 // launchOperands are a launch's stream handle (0: the default stream) and

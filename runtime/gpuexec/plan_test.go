@@ -125,6 +125,8 @@ func newHostExec(p *plan) *hostExec {
 			m = make([]uint16, a.n)
 		case kernel.I32:
 			m = make([]int32, a.n)
+		case kernel.U32:
+			m = make([]uint32, a.n)
 		case kernel.U8:
 			b := make([]byte, a.n)
 			a.initBytes(func(off int, src []byte) error { copy(b[off:], src); return nil })
@@ -147,6 +149,8 @@ func (h *hostExec) slice(v view) any {
 	case []uint16:
 		return m[v.off : v.off+v.n]
 	case []int32:
+		return m[v.off : v.off+v.n]
+	case []uint32:
 		return m[v.off : v.off+v.n]
 	case []byte:
 		return m[v.off : v.off+v.n]

@@ -60,6 +60,7 @@ type call struct {
 	shared      uint32 // dynamic shared memory bytes (ptx.Launch.Shared)
 	args        *cuda.Args
 	dependent   bool // launched for programmatic dependent launch (dependentLaunch)
+	resident    bool // every CTA resident at once (a phased kernel: cuda.Function.LaunchResident)
 }
 
 // threadsPerBlock is the CTA size of every grid kernel (launch shape never
@@ -126,6 +127,13 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 				c.Close()
 				return nil, fmt.Errorf("gpuexec: %w", err)
 			}
+		}
+	}
+	if limit, on := phaseLimit(); on && cuda.CanLaunchDependent() {
+		// phased one-row steps (phases.go); resident launches go through cuLaunchKernelEx
+		if err := p.phase(deviceTarget(c), limit); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("gpuexec: %w", err)
 		}
 	}
 	r := &Runner{m: m, opt: opt, p: p, c: c}
@@ -458,7 +466,13 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, call{fns[l.k], grid, block, shared, a, dependent && tg.Dependent != nil && tg.Dependent(l.k)})
+		resident := len(l.k.Phases) > 0
+		if resident {
+			if grid.X, err = residentGrid(fns[l.k], r.c.Device.Multiprocessors, grid.X, block.X, shared); err != nil {
+				return nil, fmt.Errorf("%s: %w", l.k.Name, err)
+			}
+		}
+		calls = append(calls, call{fns[l.k], grid, block, shared, a, dependent && tg.Dependent != nil && tg.Dependent(l.k), resident})
 	}
 	return calls, nil
 }
@@ -483,6 +497,9 @@ func launchShape(k *kernel.Kernel, tg ptx.Target, sizes ...any) (grid, block cud
 
 // launch enqueues c on s.
 func (c *call) launch(s *cuda.Stream) error {
+	if c.resident && cooperative {
+		return c.fn.LaunchResident(c.grid, c.block, c.shared, s, c.args, c.dependent)
+	}
 	if c.dependent {
 		return c.fn.LaunchDependent(c.grid, c.block, c.shared, s, c.args)
 	}

@@ -17,12 +17,16 @@ import (
 // without a GPU; TestGPUDecodeAllocs measures it on one.
 func TestDecodeAllocsStandIn(t *testing.T) {
 	cudatest.Run(t, "TestDecodeAllocsStandIn", "allocations a step", func(t *testing.T) {
-		decodeAllocs(t, func(graphs bool, what string, n float64) {
-			t.Logf("%s (graphs %v): %.1f allocations a step", what, graphs, n)
-			if n != 0 {
-				t.Errorf("%s (graphs %v) allocates %.1f a step", what, graphs, n)
-			}
-		})
+		// plain launches, then phased steps (resident launches, phases.go)
+		for _, phases := range []string{"", "all"} {
+			t.Setenv("JITLLM_PHASES", phases)
+			decodeAllocs(t, func(graphs bool, what string, n float64) {
+				t.Logf("%s (graphs %v, JITLLM_PHASES=%q): %.1f allocations a step", what, graphs, phases, n)
+				if n != 0 {
+					t.Errorf("%s (graphs %v, JITLLM_PHASES=%q) allocates %.1f a step", what, graphs, phases, n)
+				}
+			})
+		}
 	})
 }
 

@@ -332,7 +332,7 @@ func (f *fn) ctaLanes() (tid, warp, l string) {
 
 // smemName is the kernel's staging buffer in shared memory: the CTA's
 // dynamic shared memory (Launch.Shared bytes).
-func (f *fn) smemName() string { return "stage_" + paramName(0, f.k.Name) }
+func (f *fn) smemName() string { return "stage_" + paramName(0, f.entry) }
 
 // blockOperand computes each of this thread's chunk pointers at k = 0:
 // row min(crow + j·T/4, rows−1) of op (off, stride, rows), values cpart on.

@@ -72,6 +72,7 @@ type bufReg struct {
 // fn renders one entry.
 type fn struct {
 	k      *kernel.Kernel
+	entry  string // the entry's name (a phased kernel's, whose phases are each k in turn)
 	grid   *kernel.Stmt
 	inGrid bool // inside the grid loop, where threads diverge
 	out    strings.Builder
@@ -90,11 +91,15 @@ type fn struct {
 	lane    string
 	mask    string
 	red     string
-	smem    bool // the block products' stages are used (block.go)
-	wgmma   bool // block products on warpgroup MMA (Target.WGMMA)
-	overlap bool // and one stage's products in flight (Target.WGMMAOverlap)
+	cta     int    // the CTA's threads where known at render time (a phased kernel's)
+	gbar    string // a group's named barrier where groups wider than a warp share the CTA
+	gred    string // and its slots of red
+	smem    bool   // the block products' stages are used (block.go)
+	wgmma   bool   // block products on warpgroup MMA (Target.WGMMA)
+	overlap bool   // and one stage's products in flight (Target.WGMMAOverlap)
 
 	dependent bool // rendered for programmatic dependent launch (prefetch.go)
+	prefetch  bool // kernel.Prefetch rendered (before a dependent wait or a phase barrier)
 	waited    bool // its wait is rendered
 
 	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
@@ -152,16 +157,20 @@ var scalarParam = map[kernel.Kind]string{
 }
 
 func entry(k *kernel.Kernel, t Target) (string, error) {
+	if len(k.Phases) > 0 {
+		return phasedEntry(k, t)
+	}
 	lk, grid, err := lower(k, t)
 	if err != nil {
 		return "", err
 	}
-	f := &fn{k: lk, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
+	f := &fn{k: lk, entry: lk.Name, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
 		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
 		dependent: t.Dependent != nil && t.Dependent(k), wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
 	if f.dependent && t.SM < 90 {
 		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", lk.Name, t.SM)
 	}
+	f.prefetch = f.dependent
 	if f.width > 32 {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
@@ -169,41 +178,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		// an entry returns nothing: a GPU kernel stores what it computes
 		return "", fmt.Errorf("ptx: kernel %s: a kernel result (Return) is unsupported; store it", lk.Name)
 	}
-	var params []string
-	for i, p := range lk.Params {
-		name := ""
-		if p.Buf != nil {
-			name = paramName(i, p.Buf.Name)
-		} else {
-			name = paramName(i, p.Var.Name)
-		}
-		if p.Buf != nil {
-			if _, ok := memType[p.Buf.Elem]; !ok {
-				f.fail("buffer %s of %s: no such buffer type", p.Buf.Name, p.Buf.Elem)
-				continue
-			}
-			params = append(params, ".param .u64 "+name, ".param .u64 "+name+"_len")
-			a, n := f.reg(c64), f.reg(c64)
-			f.ins("ld.param.u64 %s, [%s]", a, name)
-			f.ins("cvta.to.global.u64 %s, %s", a, a)
-			f.ins("ld.param.u64 %s, [%s_len]", n, name)
-			f.bufs[p.Buf] = &bufReg{addr: a, n: n, elem: p.Buf.Elem, align: paramAlign(p.Buf.Elem)}
-			continue
-		}
-		pt := scalarParam[p.Var.Kind]
-		params = append(params, ".param ."+pt+" "+name)
-		r := f.reg(classOf(p.Var.Kind))
-		switch p.Var.Kind {
-		case kernel.Bool:
-			x := f.reg(c32)
-			f.ins("ld.param.u32 %s, [%s]", x, name)
-			f.ins("setp.ne.u32 %s, %s, 0", r, x)
-		default:
-			f.ins("ld.param.%s %s, [%s]", pt, r, name)
-			f.wrap(p.Var.Kind, r)
-		}
-		f.vars[p.Var] = r
-	}
+	params := f.loadParams(lk.Params, 0)
 	if f.dependent {
 		if err := prefetchFirst(lk.Body); err != nil {
 			return "", fmt.Errorf("ptx: kernel %s: %w", lk.Name, err)
@@ -238,10 +213,6 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	if f.err != nil {
 		return "", f.err
 	}
-	var b strings.Builder
-	if lk.Doc != "" {
-		fmt.Fprintf(&b, "// %s %s\n", lk.Name, asciiOnly(lk.Doc))
-	}
 	mode := "one thread (launch any shape; thread 0 does the work)"
 	switch {
 	case grid != nil && f.width > 1:
@@ -251,14 +222,23 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	case f.width > 1:
 		mode = fmt.Sprintf("threads 0..%d of CTA 0 cooperate (launch at least %d threads)", f.width-1, f.width)
 	}
+	return f.text(lk.Doc, mode, params, blockShared(lk.Body, t.WGMMA), 8*f.width/32), nil
+}
+
+// text is the rendered entry: its comments, declarations and body.
+func (f *fn) text(doc, mode string, params []string, shared, red int) string {
+	var b strings.Builder
+	if doc != "" {
+		fmt.Fprintf(&b, "// %s %s\n", f.entry, asciiOnly(doc))
+	}
 	fmt.Fprintf(&b, "// launch: %s\n", mode)
 	if f.smem {
 		// a module-scope name for the CTA's dynamic shared memory
-		fmt.Fprintf(&b, "// dynamic shared memory: %d bytes a CTA\n.extern .shared .align 16 .b8 %s[];\n", blockShared(lk.Body, t.WGMMA), f.smemName())
+		fmt.Fprintf(&b, "// dynamic shared memory: %d bytes a CTA\n.extern .shared .align 16 .b8 %s[];\n", shared, f.smemName())
 	}
-	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n{\n", lk.Name, strings.Join(params, ",\n\t"))
+	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n{\n", f.entry, strings.Join(params, ",\n\t"))
 	if f.red != "" {
-		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, 8*f.width/32)
+		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, red)
 	}
 	for c := class(0); c < nClass; c++ {
 		if f.nreg[c] > 0 {
@@ -267,7 +247,49 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	}
 	b.WriteString(f.out.String())
 	b.WriteString("}\n")
-	return b.String(), nil
+	return b.String()
+}
+
+// loadParams declares parameters ps, numbered from first, and loads them
+// into registers at the entry's start.
+func (f *fn) loadParams(ps []kernel.Param, first int) []string {
+	var params []string
+	for j, p := range ps {
+		i := first + j
+		name := ""
+		if p.Buf != nil {
+			name = paramName(i, p.Buf.Name)
+		} else {
+			name = paramName(i, p.Var.Name)
+		}
+		if p.Buf != nil {
+			if _, ok := memType[p.Buf.Elem]; !ok {
+				f.fail("buffer %s of %s: no such buffer type", p.Buf.Name, p.Buf.Elem)
+				continue
+			}
+			params = append(params, ".param .u64 "+name, ".param .u64 "+name+"_len")
+			a, n := f.reg(c64), f.reg(c64)
+			f.ins("ld.param.u64 %s, [%s]", a, name)
+			f.ins("cvta.to.global.u64 %s, %s", a, a)
+			f.ins("ld.param.u64 %s, [%s_len]", n, name)
+			f.bufs[p.Buf] = &bufReg{addr: a, n: n, elem: p.Buf.Elem, align: paramAlign(p.Buf.Elem)}
+			continue
+		}
+		pt := scalarParam[p.Var.Kind]
+		params = append(params, ".param ."+pt+" "+name)
+		r := f.reg(classOf(p.Var.Kind))
+		switch p.Var.Kind {
+		case kernel.Bool:
+			x := f.reg(c32)
+			f.ins("ld.param.u32 %s, [%s]", x, name)
+			f.ins("setp.ne.u32 %s, %s, 0", r, x)
+		default:
+			f.ins("ld.param.%s %s, [%s]", pt, r, name)
+			f.wrap(p.Var.Kind, r)
+		}
+		f.vars[p.Var] = r
+	}
+	return params
 }
 
 func (f *fn) stmts(ss []*kernel.Stmt) {
@@ -402,12 +424,22 @@ func (f *fn) loopFrom(s *kernel.Stmt, i, hi, step string) {
 // gridLoop spreads the loop over all threads of the grid: thread g runs
 // iterations lo + (g + m·threads)·step, so any launch shape is correct.
 func (f *fn) gridLoop(s *kernel.Stmt) {
+	i, hi, n := f.gridStart(s)
+	f.inGrid = true
+	f.loopFrom(s, i, hi, n)
+	f.inGrid = false
+}
+
+// gridStart is this thread's (or group's) first iteration of grid loop s,
+// the loop's bound and its stride; with a group it sets the lane and mask.
+func (f *fn) gridStart(s *kernel.Stmt) (i, hi, n string) {
 	ctaid, ntid, tid, nctaid := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
 	f.ins("mov.u32 %s, %%ctaid.x", ctaid)
 	f.ins("mov.u32 %s, %%ntid.x", ntid)
 	f.ins("mov.u32 %s, %%tid.x", tid)
 	f.ins("mov.u32 %s, %%nctaid.x", nctaid)
-	g, t, n := f.reg(c64), f.reg(c64), f.reg(c64)
+	g, t := f.reg(c64), f.reg(c64)
+	n = f.reg(c64)
 	f.ins("mul.wide.u32 %s, %s, %s", g, ctaid, ntid)
 	f.ins("cvt.u64.u32 %s, %s", t, tid)
 	f.ins("add.s64 %s, %s, %s", g, g, t)
@@ -419,18 +451,17 @@ func (f *fn) gridLoop(s *kernel.Stmt) {
 		f.ins("shr.u64 %s, %s, %d", g, g, log2(f.width))
 		f.ins("shr.u64 %s, %s, %d", n, n, log2(f.width))
 		f.laneMask(tid)
+		f.groupSlots(tid)
 	}
 	if s.Step != 1 {
 		f.ins("mul.lo.s64 %s, %s, %d", g, g, s.Step)
 		f.ins("mul.lo.s64 %s, %s, %d", n, n, s.Step)
 	}
 	lo := f.expr(s.Lo)
-	hi := f.frozen(s.Hi)
-	i := f.reg(c64)
+	hi = f.frozen(s.Hi)
+	i = f.reg(c64)
 	f.ins("add.s64 %s, %s, %s", i, lo, g)
-	f.inGrid = true
-	f.loopFrom(s, i, hi, n)
-	f.inGrid = false
+	return i, hi, n
 }
 
 // at formats an address operand.

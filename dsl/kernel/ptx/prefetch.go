@@ -27,11 +27,12 @@ func (f *fn) depWait() {
 }
 
 // prefetchStmt renders kernel.Prefetch: the group's threads take the
-// range's 128-byte lines in turn (prefetch.global.L2); a target without a
-// dependent launch has nothing to hide and renders nothing.
+// range's 128-byte lines in turn (prefetch.global.L2); where there is no
+// wait to hide (no dependent launch, no phase barrier before it) it
+// renders nothing.
 func (f *fn) prefetchStmt(s *kernel.Stmt) {
-	if !f.dependent {
-		f.out.WriteString("\t// prefetch: no dependent launch to overlap\n")
+	if !f.prefetch {
+		f.out.WriteString("\t// prefetch: no wait to overlap\n")
 		return
 	}
 	b := f.buf(s.Buf)

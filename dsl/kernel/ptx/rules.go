@@ -78,6 +78,11 @@ type Launch struct {
 	// KiB must first be allowed it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 	// A group that uses it is a CTA of its own (it would share it else).
 	Shared int
+	// Resident says the kernel's CTAs meet at grid barriers (a phased
+	// kernel, kernel.Phases): every CTA launched must be resident at once,
+	// so the grid is at most what fits (occupancy times the SMs); any such
+	// grid is correct.
+	Resident bool
 }
 
 // CTA is the CTA size to launch threads threads with, at most max where
@@ -92,6 +97,17 @@ func (l Launch) CTA(threads, max int) int {
 
 // Plan is the launch of k rendered for t.
 func Plan(k *kernel.Kernel, t Target) (Launch, error) {
+	if len(k.Phases) > 0 {
+		ps, w, err := lowerPhases(k, t)
+		if err != nil {
+			return Launch{}, err
+		}
+		l := Launch{Group: w, Resident: true}
+		for _, p := range ps {
+			l.Shared = max(l.Shared, blockShared(p.k.Body, t.WGMMA))
+		}
+		return l, nil
+	}
 	lk, g, err := lower(k, t)
 	if err != nil {
 		return Launch{}, err
@@ -114,6 +130,22 @@ type Elems int
 // or an Elems. Launching fewer threads is correct (each loops), more is
 // harmless.
 func Threads(k *kernel.Kernel, t Target, args ...any) (int, error) {
+	if len(k.Phases) > 0 {
+		// the most any phase keeps busy (a resident grid loops over the rest)
+		per, err := kernel.PhaseArgs(k, args)
+		if err != nil {
+			return 0, fmt.Errorf("ptx: %w", err)
+		}
+		n := 0
+		for i, p := range k.Phases {
+			m, err := Threads(p, t, per[i]...)
+			if err != nil {
+				return 0, err
+			}
+			n = max(n, m)
+		}
+		return n, nil
+	}
 	lk, g, err := lower(k, t)
 	if err != nil {
 		return 0, err

@@ -125,7 +125,7 @@ func (f *fn) unrolledFrom(s *kernel.Stmt, i, hi string, stride, u int) {
 // sync orders the group's memory accesses.
 func (f *fn) sync() {
 	if f.width > 32 {
-		f.ins("bar.sync 0")
+		f.groupSync()
 	} else {
 		f.ins("bar.warp.sync %s", f.mask)
 	}
@@ -164,14 +164,18 @@ func (f *fn) tree(v *kernel.Var, r string) {
 	bt := btypeOf(c)
 	base, w, a := f.reg(c64), f.reg(c64), f.reg(c64)
 	p := f.reg(cPred)
-	f.ins("mov.u64 %s, %s", base, f.red)
-	f.ins("bar.sync 0") // the scratch's last readers are done
+	if f.gred != "" {
+		f.ins("mov.u64 %s, %s", base, f.gred)
+	} else {
+		f.ins("mov.u64 %s, %s", base, f.red)
+	}
+	f.groupSync() // the scratch's last readers are done
 	f.ins("and.b64 %s, %s, 31", w, f.lane)
 	f.ins("setp.eq.s64 %s, %s, 0", p, w)
 	f.ins("shr.u64 %s, %s, 5", w, f.lane)
 	f.ins("mad.lo.s64 %s, %s, 8, %s", a, w, base)
 	f.ins("@%s st.shared.%s [%s], %s", p, bt, a, r)
-	f.ins("bar.sync 0")
+	f.groupSync()
 	s := make([]string, f.width/32)
 	for i := range s {
 		s[i] = f.reg(c)
@@ -183,4 +187,33 @@ func (f *fn) tree(v *kernel.Var, r string) {
 		}
 	}
 	f.mov(v.Kind, r, s[0])
+}
+
+// groupSync is the barrier of a group wider than a warp: the CTA's, or
+// where several such groups share a CTA (a phased kernel's wider phase),
+// the group's own named barrier.
+func (f *fn) groupSync() {
+	if f.gbar != "" {
+		f.ins("bar.sync %s, %d", f.gbar, f.width)
+		return
+	}
+	f.ins("bar.sync 0")
+}
+
+// groupSlots gives each group wider than a warp, where several share the
+// CTA, a named barrier (1 up) and its own slots of the shared scratch.
+func (f *fn) groupSlots(tid string) {
+	f.gbar, f.gred = "", ""
+	if f.width <= 32 || f.cta <= f.width {
+		return
+	}
+	g := f.reg(c32)
+	f.ins("shr.u32 %s, %s, %d", g, tid, log2(f.width))
+	f.gbar = f.reg(c32)
+	f.ins("add.u32 %s, %s, 1", f.gbar, g)
+	f.gred = f.reg(c64)
+	f.ins("mov.u64 %s, %s", f.gred, f.red)
+	w := f.reg(c64)
+	f.ins("cvt.u64.u32 %s, %s", w, g)
+	f.ins("mad.lo.s64 %s, %s, %d, %s", f.gred, w, 8*f.width/32, f.gred)
 }

@@ -1,0 +1,198 @@
+package ptx
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// A phased kernel (kernel.Phases) is one entry that runs each phase's grid
+// loop in turn over the same CTAs, a grid-wide barrier between them: a
+// chain of short kernels that streams without launch boundaries. Its CTAs
+// must all be resident at once (Launch.Resident: the launch sizes the grid
+// by occupancy), or a barrier would wait for a CTA that cannot start.
+//
+// A phase that prefetches (kernel.Prefetch, as a mat-vec's weight rows)
+// issues its first iteration's prefetches before the barrier, so a CTA
+// done early streams the next phase's weights while the last ones finish
+// (what a launch boundary cannot overlap); its loop then renders them as
+// nothing.
+
+// phase is one phase lowered for the target.
+type phase struct {
+	k     *kernel.Kernel
+	grid  *kernel.Stmt
+	width int
+}
+
+// lowerPhases lowers each phase of k and returns them with the CTA width
+// they share: the widest group (a phase's group wider than a warp is the
+// whole CTA, so every such group must be that wide).
+func lowerPhases(k *kernel.Kernel, t Target) ([]phase, int, error) {
+	var ps []phase
+	w := 1
+	for _, p := range k.Phases {
+		lk, g, err := lower(p, t)
+		if err != nil {
+			return nil, 0, err
+		}
+		if g == nil {
+			return nil, 0, fmt.Errorf("ptx: kernel %s: phase %s has no grid loop (one-thread kernels are not phases)", k.Name, p.Name)
+		}
+		if kernel.BlockThreads(lk.Body) > 0 || kernel.HasTiles(lk.Body) {
+			return nil, 0, fmt.Errorf("ptx: kernel %s: phase %s holds block or tile statements (not yet phases)", k.Name, p.Name)
+		}
+		pw := width(lk.Body)
+		ps = append(ps, phase{lk, g, pw})
+		w = max(w, pw)
+	}
+	for _, p := range ps {
+		// groups wider than a warp that share the CTA each take a named
+		// barrier (1 to 15)
+		if p.width > 32 && w/p.width > 15 {
+			return nil, 0, fmt.Errorf("ptx: kernel %s: phase %s's groups of %d, %d to a CTA of %d (at most 15)", k.Name, p.k.Name, p.width, w/p.width, w)
+		}
+	}
+	return ps, w, nil
+}
+
+// phasedEntry renders phased kernel k.
+func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
+	ps, w, err := lowerPhases(k, t)
+	if err != nil {
+		return "", err
+	}
+	f := &fn{entry: k.Name, k: ps[0].k, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{},
+		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
+		wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap, cta: w}
+	dependent := t.Dependent != nil && t.Dependent(k)
+	if dependent && t.SM < 90 {
+		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", k.Name, t.SM)
+	}
+	if w > 32 {
+		f.red = "red_" + paramName(0, k.Name)
+	}
+	// the barrier's words first; each phase's parameters are loaded where
+	// it starts, so a kernel may be a phase twice (its Vars and Bufs bound
+	// anew each time)
+	last := k.Params[len(k.Params)-1]
+	barDecl := f.loadParams([]kernel.Param{last}, len(k.Params)-1)
+	bar := f.bufs[last.Buf]
+	var params []string
+	first := 0
+	var names []string
+	for i, p := range ps {
+		f.k, f.grid, f.width, f.lane, f.mask = p.k, p.grid, p.width, "", ""
+		names = append(names, fmt.Sprintf("%s (%d)", p.k.Name, p.width))
+		if i > 0 {
+			f.out.WriteString(fmt.Sprintf("\t// phase %d: %s\n", i, p.k.Name))
+		}
+		params = append(params, f.loadParams(p.k.Params, first)...)
+		first += len(p.k.Params)
+		if i == 0 {
+			// the first phase waits for the kernel before as a kernel does
+			f.dependent, f.prefetch = dependent, dependent
+			if dependent {
+				if err := prefetchFirst(p.k.Body); err != nil {
+					return "", fmt.Errorf("ptx: kernel %s: %w", p.k.Name, err)
+				}
+				if !hasPrefetch(p.k.Body) {
+					f.depWait()
+				}
+			}
+			f.stmts(p.k.Body)
+			f.dependent = false
+			continue
+		}
+		if !hasPrefetch(p.k.Body) || prefetchFirst(p.k.Body) != nil {
+			f.prefetch = false
+			f.gridBarrier(bar)
+			f.stmts(p.k.Body)
+			continue
+		}
+		// the statements before the grid loop load nothing (prefetchFirst):
+		// they, and the first iteration's prefetches, go before the barrier
+		at := 0
+		for p.k.Body[at] != p.grid {
+			at++
+		}
+		f.prefetch = false
+		f.stmts(p.k.Body[:at])
+		f.prefetch = true
+		f.prologue(p.grid)
+		f.prefetch = false
+		f.gridBarrier(bar)
+		f.stmts(p.k.Body[at:])
+	}
+	f.place(f.label())
+	f.ins("ret")
+	if f.err != nil {
+		return "", f.err
+	}
+	shared := 0
+	for _, p := range ps {
+		shared = max(shared, blockShared(p.k.Body, t.WGMMA))
+	}
+	mode := fmt.Sprintf("%d phases, each a loop spread over the grid (group-stride), a grid barrier between: %s; "+
+		"CTAs of %d (a multiple of 32 where no group is wider), every CTA resident at once", len(ps), strings.Join(names, ", "), w)
+	return f.text(k.Doc, mode, append(params, barDecl...), shared, 8*w/32), nil
+}
+
+// prologue renders the leading prefetches of grid loop s's first iteration
+// for this thread's group (the loop body's statements up to its last
+// prefetch, which load nothing).
+func (f *fn) prologue(s *kernel.Stmt) {
+	end := 0
+	for j, st := range s.Body {
+		if st.Op == kernel.SPrefetch {
+			end = j + 1
+		} else if st.Op != kernel.SLet && st.Op != kernel.SView && st.Op != kernel.SAcc {
+			break
+		}
+	}
+	i, hi, _ := f.gridStart(s)
+	skip := f.label()
+	p := f.reg(cPred)
+	f.ins("setp.ge.s64 %s, %s, %s", p, i, hi)
+	f.ins("@%s bra %s", p, skip)
+	f.vars[s.Var] = i
+	f.stmts(s.Body[:end])
+	f.place(skip)
+}
+
+// gridBarrier waits until every CTA of the grid has arrived, with their
+// stores visible to all: the CTA's threads meet, then its thread 0 counts
+// the CTA in (bar[0]) and spins until the generation (bar[1]) moves on; the
+// last to arrive resets the count and moves the generation, so the words
+// are ready for the next barrier and the next launch.
+func (f *fn) gridBarrier(bar *bufReg) {
+	f.ins("bar.sync 0")
+	tid, gen, old, n, cur := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
+	p := f.reg(cPred)
+	done, spin, out := f.label(), f.label(), f.label()
+	f.ins("mov.u32 %s, %%tid.x", tid)
+	f.ins("setp.ne.u32 %s, %s, 0", p, tid)
+	f.ins("@%s bra %s", p, done)
+	f.ins("fence.acq_rel.gpu")
+	// the generation is read before this CTA counts itself in, so it is
+	// the one the last arrival will move on from
+	f.ins("ld.acquire.gpu.global.u32 %s, [%s+4]", gen, bar.addr)
+	f.ins("atom.acq_rel.gpu.global.add.u32 %s, [%s], 1", old, bar.addr)
+	f.ins("mov.u32 %s, %%nctaid.x", n)
+	f.ins("sub.u32 %s, %s, 1", n, n)
+	f.ins("setp.ne.u32 %s, %s, %s", p, old, n)
+	f.ins("@%s bra %s", p, spin)
+	f.ins("st.relaxed.gpu.global.u32 [%s], 0", bar.addr)
+	f.ins("add.u32 %s, %s, 1", cur, gen)
+	f.ins("st.release.gpu.global.u32 [%s+4], %s", bar.addr, cur)
+	f.ins("bra %s", out)
+	f.place(spin)
+	f.ins("ld.acquire.gpu.global.u32 %s, [%s+4]", cur, bar.addr)
+	f.ins("setp.eq.u32 %s, %s, %s", p, cur, gen)
+	f.ins("@%s bra %s", p, spin)
+	f.place(out)
+	f.ins("fence.acq_rel.gpu")
+	f.place(done)
+	f.ins("bar.sync 0")
+}

@@ -1,0 +1,82 @@
+package gpuexec
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+)
+
+// A phased one-row step (runs of launches fused into phased kernels) is
+// the plan's step bit for bit: the interpreter runs the phases in turn as
+// the launches ran. Its kernels render for sm_90 with dependent launches.
+func TestPhasedPlanMatchesPlan(t *testing.T) {
+	defer func(ts []splitTier) { decodeSplits = ts }(decodeSplits)
+	decodeSplits = []splitTier{{from: 12, chunks: 16}}
+	tg := ptx.Target{SM: 90}
+	for _, name := range []string{"synthetic/tiny256-Q4_K_M.gguf", "synth:qwen3-0.6b/Q8_0"} {
+		m := loadModel(t, name)
+		for _, limit := range []int{0, 4} {
+			plain, err := newPlan(m, 64, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := newPlan(m, 64, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.phase(tg, limit); err != nil {
+				t.Fatal(err)
+			}
+			steps, was := [][]launch{p.launches}, [][]launch{plain.launches}
+			for i := range p.longs {
+				steps, was = append(steps, p.longs[i].launches), append(was, plain.longs[i].launches)
+			}
+			for i, ls := range steps {
+				phased, phases := 0, 0
+				for _, l := range ls {
+					if n := len(l.k.Phases); n > 0 {
+						phased++
+						phases += n
+						if limit > 0 && n > limit {
+							t.Errorf("%s: %s of %d phases, limit %d", name, l.k.Name, n, limit)
+						}
+					}
+				}
+				if phased == 0 || len(ls)-phased+phases != len(was[i]) {
+					t.Errorf("%s limit %d: %d launches (%d phased of %d phases) for %d", name, limit, len(ls), phased, phases, len(was[i]))
+				}
+			}
+			if _, _, _, _, err := render(p, tg, true); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want, got := newHostExec(plain), newHostExec(p)
+			for step, toks := range [][]int32{prompt, {5}, {6}, {7}, {8}, {9}, {10}, {11}} {
+				a, err := want.Forward(toks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := got.Forward(toks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(a, b) {
+					t.Fatalf("%s limit %d: step %d's logits differ", name, limit, step)
+				}
+			}
+		}
+	}
+	if limit, on := phaseLimit(); on || limit != 0 {
+		t.Errorf("JITLLM_PHASES unset: limit %d, on %v", limit, on)
+	}
+	for v, want := range map[string]int{"all": 0, "6": 6} {
+		t.Setenv("JITLLM_PHASES", v)
+		if limit, on := phaseLimit(); !on || limit != want {
+			t.Errorf("JITLLM_PHASES=%s: limit %d, on %v", v, limit, on)
+		}
+	}
+	t.Setenv("JITLLM_PHASES", "1")
+	if _, on := phaseLimit(); on {
+		t.Errorf("JITLLM_PHASES=1 fuses")
+	}
+}
