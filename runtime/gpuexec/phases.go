@@ -32,6 +32,13 @@ func phaseLimit() (limit int, on bool) {
 	return n, true
 }
 
+// phasedPrefetch reports whether every decode mat-vec prefetches its first
+// rows (dotShape): in phased steps, unless JITLLM_PHASES_PREFETCH=0.
+func phasedPrefetch() bool {
+	_, on := phaseLimit()
+	return on && os.Getenv("JITLLM_PHASES_PREFETCH") != "0"
+}
+
 // cooperative launches phased kernels as cooperative launches (the
 // driver's guarantee that every CTA is resident); JITLLM_PHASES_COOP=0
 // launches them as any kernel, their grid still sized to fit at once.

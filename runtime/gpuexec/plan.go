@@ -1297,7 +1297,9 @@ func prefillBlock(rows, n int) kernel.BlockShape {
 // they wait for the kernel before them (dependent launches): qwen3's
 // decode 1008 -> 1066 tok/s, where the Q4_K models' lost 1-8% with it
 // (1B 1373 -> 1316, 8B 400 -> 368: larger matrices, whose prefetches
-// crowd the kernel still running).
+// crowd the kernel still running). In phased steps (phases.go) every
+// mat-vec prefetches: a phase's prefetches go before the barrier that
+// starts it.
 func dotShape(form string, t quant.Type, rows int) ops.DotShape {
 	var sh ops.DotShape
 	switch {
@@ -1315,7 +1317,7 @@ func dotShape(form string, t quant.Type, rows int) ops.DotShape {
 	if rows%sh.Rows != 0 {
 		sh.Rows = 1
 	}
-	sh.Prefetch = t == quant.Q8_0
+	sh.Prefetch = t == quant.Q8_0 || phasedPrefetch()
 	return sh
 }
 
