@@ -468,8 +468,12 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 		}
 		resident := len(l.k.Phases) > 0
 		if resident {
+			want := grid.X
 			if grid.X, err = residentGrid(fns[l.k], r.c.Device.Multiprocessors, grid.X, block.X, shared); err != nil {
 				return nil, fmt.Errorf("%s: %w", l.k.Name, err)
+			}
+			if os.Getenv("JITLLM_PHASES_LOG") != "" {
+				fmt.Fprintf(os.Stderr, "phased %s: %d CTAs of %d (%d wanted)\n", l.k.Doc, grid.X, block.X, want)
 			}
 		}
 		calls = append(calls, call{fns[l.k], grid, block, shared, a, dependent && tg.Dependent != nil && tg.Dependent(l.k), resident})
