@@ -32,6 +32,14 @@ func phaseLimit() (limit int, on bool) {
 	return n, true
 }
 
+// phaseCTAs is JITLLM_PHASES_CTAS: the CTAs of a phased kernel asked to
+// fit on a multiprocessor (ptx.Target.PhaseCTAs; 0, the default: as
+// ptxas allocates).
+func phaseCTAs() int {
+	n, _ := strconv.Atoi(os.Getenv("JITLLM_PHASES_CTAS"))
+	return max(n, 0)
+}
+
 // phasedPrefetch reports whether every decode mat-vec prefetches its first
 // rows (dotShape): in phased steps, unless JITLLM_PHASES_PREFETCH=0.
 func phasedPrefetch() bool {

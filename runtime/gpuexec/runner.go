@@ -522,6 +522,7 @@ func dependentLaunch(tg ptx.Target) bool {
 func deviceTarget(c *cuda.Context) ptx.Target {
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
+	tg.PhaseCTAs = phaseCTAs()
 	return tg
 }
 

@@ -46,6 +46,10 @@ type Target struct {
 	// then the refill of the stage the products before it read), where
 	// plain WGMMA waits for each stage's products first.
 	WGMMAOverlap bool
+	// PhaseCTAs, where set, asks ptxas to fit that many CTAs of a phased
+	// kernel on a multiprocessor (.minnctapersm: a register budget, the
+	// widest phase's no longer setting the whole kernel's occupancy).
+	PhaseCTAs int
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

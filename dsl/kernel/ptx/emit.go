@@ -94,6 +94,7 @@ type fn struct {
 	cta     int    // the CTA's threads where known at render time (a phased kernel's)
 	gbar    string // a group's named barrier where groups wider than a warp share the CTA
 	gred    string // and its slots of red
+	bounds  string // performance directives after the parameters (a phased kernel's)
 	smem    bool   // the block products' stages are used (block.go)
 	wgmma   bool   // block products on warpgroup MMA (Target.WGMMA)
 	overlap bool   // and one stage's products in flight (Target.WGMMAOverlap)
@@ -236,7 +237,7 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 		// a module-scope name for the CTA's dynamic shared memory
 		fmt.Fprintf(&b, "// dynamic shared memory: %d bytes a CTA\n.extern .shared .align 16 .b8 %s[];\n", shared, f.smemName())
 	}
-	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n{\n", f.entry, strings.Join(params, ",\n\t"))
+	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n%s{\n", f.entry, strings.Join(params, ",\n\t"), f.bounds)
 	if f.red != "" {
 		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, red)
 	}

@@ -130,6 +130,16 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	if f.err != nil {
 		return "", f.err
 	}
+	// the CTA the runtime launches (the widest group, or 128 threads), so
+	// ptxas budgets registers for it
+	cta := 128
+	if w > 32 {
+		cta = w
+	}
+	f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", cta)
+	if t.PhaseCTAs > 0 {
+		f.bounds += fmt.Sprintf(".minnctapersm %d\n", t.PhaseCTAs)
+	}
 	shared := 0
 	for _, p := range ps {
 		shared = max(shared, blockShared(p.k.Body, t.WGMMA))

@@ -61,6 +61,10 @@ func TestRenderPhases(t *testing.T) {
 			t.Errorf("a load before the wait for the kernel before")
 		}
 	}
+	// the launch's CTA for ptxas, and an occupancy asked for
+	if src, err := Render(k, Target{SM: 90, PhaseCTAs: 3}); err != nil || !strings.Contains(src, ")\n.maxntid 256, 1, 1\n.minnctapersm 3\n{") {
+		t.Errorf("no .maxntid 256 and .minnctapersm 3 (%v)", err)
+	}
 	l, err := Plan(k, Target{SM: 90})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,8 @@ func wellFormed(t *testing.T, src string, ks []*kernel.Kernel, sm int) {
 		}
 		for _, line := range strings.Split(body, "\n") {
 			l := strings.TrimSpace(line)
-			if l == "" || strings.HasPrefix(l, "//") || strings.HasSuffix(l, ":") || l == "{" || l == "}" || l == ")" || strings.HasPrefix(l, ".param") {
+			if l == "" || strings.HasPrefix(l, "//") || strings.HasSuffix(l, ":") || l == "{" || l == "}" || l == ")" || strings.HasPrefix(l, ".param") ||
+				strings.HasPrefix(l, ".maxntid ") || strings.HasPrefix(l, ".minnctapersm ") { // an entry's performance directives
 				continue
 			}
 			if !strings.HasSuffix(l, ";") && !strings.HasSuffix(l, "(") {
