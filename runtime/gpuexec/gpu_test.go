@@ -46,16 +46,19 @@ func TestGPUMatchesCPU(t *testing.T) {
 			// the decode attention as the heads choose it, then as
 			// AttentionBlock whatever the heads, then so with the long
 			// step (AttentionBlockSplit) from position 16; then without
-			// dependent launches (where the device has them)
+			// dependent launches (where the device has them); then in
+			// phased steps (phases.go), with and without the long step
 			defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
 			tiers, early := decodeSplits, []splitTier{{from: 16, chunks: 16}, {from: 24, chunks: 32}}
 			for _, c := range []struct {
-				heads     int
-				splits    []splitTier
-				dependent string
-			}{{decodeBlockHeads, tiers, ""}, {1, tiers, ""}, {1, early, ""}, {decodeBlockHeads, tiers, "0"}} {
+				heads             int
+				splits            []splitTier
+				dependent, phases string
+			}{{decodeBlockHeads, tiers, "", ""}, {1, tiers, "", ""}, {1, early, "", ""}, {decodeBlockHeads, tiers, "0", ""},
+				{decodeBlockHeads, tiers, "", "all"}, {1, early, "", "4"}} {
 				decodeBlockHeads, decodeSplits = c.heads, c.splits
 				t.Setenv("JITLLM_DEPENDENT_LAUNCH", c.dependent)
+				t.Setenv("JITLLM_PHASES", c.phases)
 				cpu.Truncate(0)
 				g := gpuRunner(t, m, exec.Options{Context: 128})
 				agree(t, cpu, g, 32, tolerance(name))
