@@ -102,6 +102,12 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 				}
 			}
 			f.stmts(p.k.Body)
+			if dependent && hasPrefetch(p.k.Body) {
+				// a group with no iteration met no wait; the later phases
+				// may read what the kernel before wrote (a repeated wait
+				// returns at once)
+				f.depWait()
+			}
 			f.dependent = false
 			continue
 		}

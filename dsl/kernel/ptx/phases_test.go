@@ -61,6 +61,19 @@ func TestRenderPhases(t *testing.T) {
 			t.Errorf("a load before the wait for the kernel before")
 		}
 	}
+	// a first phase that prefetches waits after its prefetches and again
+	// after its loop (a group without iterations met no wait)
+	pre, err := kernel.Phases("PrefetchFirst", ops.DotMatVec("Add", "Q4_K", ops.DotShape{Rows: 2, Prefetch: true}), ops.RMSNormQuantize(256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Render(pre, Target{SM: 90, Dependent: func(*kernel.Kernel) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, at := strings.Count(src, "griddepcontrol.wait"), strings.Index(src, "griddepcontrol.wait"); n != 2 || at < strings.Index(src, "prefetch.global.L2") {
+		t.Errorf("a prefetching first phase: %d waits, the first after its prefetch: %v", n, at > strings.Index(src, "prefetch.global.L2"))
+	}
 	// the launch's CTA for ptxas, and an occupancy asked for
 	if src, err := Render(k, Target{SM: 90, PhaseCTAs: 3}); err != nil || !strings.Contains(src, ")\n.maxntid 256, 1, 1\n.minnctapersm 3\n{") {
 		t.Errorf("no .maxntid 256 and .minnctapersm 3 (%v)", err)
