@@ -100,7 +100,7 @@ func TestRenderPhases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := Render(mixed, Target{SM: 90})
+	src, err = Render(mixed, Target{SM: 90})
 	if err != nil {
 		t.Fatal(err)
 	}
