@@ -81,6 +81,11 @@ run)
 				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error|reads' || true
 				echo "-- JITLLM_Q6KA=0 (Q6_K matrices in their stored layout)"
 				JITLLM_Q6KA=0 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128|error|reads' || true
+				echo "-- phased steps (JITLLM_PHASES=all; =2), by grid barrier: generation, backed-off, count (docs/gpu.md)"
+				for b in "" sleep count; do
+					JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+				done
+				JITLLM_PHASES=2 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				echo "-- decode at depth 4096: the long step (AttentionBlockSplit), then without it"
 				"$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				JITLLM_ATTN_SPLIT_FROM=1000000 "$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true

@@ -40,6 +40,10 @@ func phaseCTAs() int {
 	return max(n, 0)
 }
 
+// phaseBarrier is JITLLM_PHASES_BARRIER: the phased kernels' grid barrier
+// (ptx.Target.PhaseBarrier: "", "sleep" or "count").
+func phaseBarrier() string { return os.Getenv("JITLLM_PHASES_BARRIER") }
+
 // phasedPrefetch reports whether every decode mat-vec prefetches its first
 // rows (dotShape): in phased steps, unless JITLLM_PHASES_PREFETCH=0.
 func phasedPrefetch() bool {
@@ -63,11 +67,12 @@ func phaseable(k *kernel.Kernel, tg ptx.Target) bool {
 }
 
 // phase fuses each one-row step's runs of up to limit consecutive
-// phaseable launches (limit ≤ 0: any length) into phased launches, which
-// share one barrier allocation (the steps run one at a time on a runner's
-// stream). Kernels are made once per sequence of phases.
+// phaseable launches (limit ≤ 0: any length) into phased launches, each
+// with barrier words of its own (two U32 words, 8-byte aligned, in one
+// allocation: a "count" barrier's words serve one grid size). Kernels are
+// made once per sequence of phases.
 func (p *plan) phase(tg ptx.Target, limit int) error {
-	bar := p.add(alloc{name: "phase barrier", kind: kernel.U32, n: 2})
+	var bars []*view // the launches' barrier words, placed once they are counted
 	made := map[string]*kernel.Kernel{}
 	can := map[*kernel.Kernel]bool{}
 	fuse := func(ls []launch) ([]launch, error) {
@@ -94,7 +99,9 @@ func (p *plan) phase(tg ptx.Target, limit int) error {
 				}
 				made[key.String()] = k
 			}
-			out = append(out, launch{k: k, args: append(args, view{bar, 0, 2}), node: run[0].node})
+			bar := &view{off: 2 * len(bars), n: 2}
+			bars = append(bars, bar)
+			out = append(out, launch{k: k, args: append(args, bar), node: run[0].node})
 			run = run[:0]
 			return nil
 		}
@@ -129,7 +136,28 @@ func (p *plan) phase(tg ptx.Target, limit int) error {
 			return err
 		}
 	}
+	if len(bars) == 0 {
+		return nil
+	}
+	a := p.add(alloc{name: "phase barriers", kind: kernel.U32, n: 2 * len(bars)})
+	for _, ls := range append([][]launch{p.launches}, p.longSteps()...) {
+		for _, l := range ls {
+			if b, ok := l.args[len(l.args)-1].(*view); ok && len(l.k.Phases) > 0 {
+				b.a = a
+				l.args[len(l.args)-1] = *b
+			}
+		}
+	}
 	return nil
+}
+
+// longSteps are the long steps' launch lists.
+func (p *plan) longSteps() [][]launch {
+	var out [][]launch
+	for _, l := range p.longs {
+		out = append(out, l.launches)
+	}
+	return out
 }
 
 // residentGrid caps a phased launch's grid at the CTAs of block threads

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 )
 
@@ -32,10 +33,17 @@ func TestPhasedPlanMatchesPlan(t *testing.T) {
 			for i := range p.longs {
 				steps, was = append(steps, p.longs[i].launches), append(was, plain.longs[i].launches)
 			}
+			bars := map[view]bool{}
 			for i, ls := range steps {
 				phased, phases := 0, 0
 				for _, l := range ls {
 					if n := len(l.k.Phases); n > 0 {
+						// each launch its own two words (a "count" barrier's serve one grid)
+						b := l.args[len(l.args)-1].(view)
+						if bars[b] || b.off%2 != 0 || b.n != 2 || p.allocs[b.a].kind != kernel.U32 {
+							t.Errorf("%s: %s's barrier words %+v shared or misplaced", name, l.k.Name, b)
+						}
+						bars[b] = true
 						phased++
 						phases += n
 						if limit > 0 && n > limit {

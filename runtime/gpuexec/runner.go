@@ -522,7 +522,7 @@ func dependentLaunch(tg ptx.Target) bool {
 func deviceTarget(c *cuda.Context) ptx.Target {
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
-	tg.PhaseCTAs = phaseCTAs()
+	tg.PhaseCTAs, tg.PhaseBarrier = phaseCTAs(), phaseBarrier()
 	return tg
 }
 

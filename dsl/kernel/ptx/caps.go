@@ -50,6 +50,12 @@ type Target struct {
 	// kernel on a multiprocessor (.minnctapersm: a register budget, the
 	// widest phase's no longer setting the whole kernel's occupancy).
 	PhaseCTAs int
+	// PhaseBarrier picks a phased kernel's grid barrier (phases.go): ""
+	// a generation word moved by the last CTA to arrive, "sleep" the same
+	// with a backed-off spin, "count" a 64-bit count of arrivals that only
+	// grows (one returning atomic a launch, then reductions), whose words
+	// must serve one launch site (one grid size) only.
+	PhaseBarrier string
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

@@ -95,6 +95,8 @@ type fn struct {
 	gbar    string // a group's named barrier where groups wider than a warp share the CTA
 	gred    string // and its slots of red
 	bounds  string // performance directives after the parameters (a phased kernel's)
+	barrier string // a phased kernel's grid barrier (Target.PhaseBarrier)
+	base    string // the "count" barrier's start of this launch (thread 0)
 	smem    bool   // the block products' stages are used (block.go)
 	wgmma   bool   // block products on warpgroup MMA (Target.WGMMA)
 	overlap bool   // and one stage's products in flight (Target.WGMMAOverlap)

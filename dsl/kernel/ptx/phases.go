@@ -79,6 +79,12 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	last := k.Params[len(k.Params)-1]
 	barDecl := f.loadParams([]kernel.Param{last}, len(k.Params)-1)
 	bar := f.bufs[last.Buf]
+	switch t.PhaseBarrier {
+	case "", "sleep", "count":
+	default:
+		return "", fmt.Errorf("ptx: kernel %s: no phase barrier %q", k.Name, t.PhaseBarrier)
+	}
+	f.barrier = t.PhaseBarrier
 	var params []string
 	first := 0
 	var names []string
@@ -113,7 +119,7 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 		}
 		if !hasPrefetch(p.k.Body) || prefetchFirst(p.k.Body) != nil {
 			f.prefetch = false
-			f.gridBarrier(bar)
+			f.gridBarrier(bar, i)
 			f.stmts(p.k.Body)
 			continue
 		}
@@ -128,7 +134,7 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 		f.prefetch = true
 		f.prologue(p.grid)
 		f.prefetch = false
-		f.gridBarrier(bar)
+		f.gridBarrier(bar, i)
 		f.stmts(p.k.Body[at:])
 	}
 	f.place(f.label())
@@ -177,20 +183,37 @@ func (f *fn) prologue(s *kernel.Stmt) {
 	f.place(skip)
 }
 
-// gridBarrier waits until every CTA of the grid has arrived, with their
-// stores visible to all: the CTA's threads meet, then its thread 0 counts
-// the CTA in (bar[0]) and spins until the generation (bar[1]) moves on; the
-// last to arrive resets the count and moves the generation, so the words
-// are ready for the next barrier and the next launch.
-func (f *fn) gridBarrier(bar *bufReg) {
+// gridBarrier waits until every CTA of the grid has arrived at barrier i
+// (1 up), with their stores visible to all: the CTA's threads meet, its
+// thread 0 counts the CTA in and waits for the others, the threads meet
+// again.
+func (f *fn) gridBarrier(bar *bufReg, i int) {
 	f.ins("bar.sync 0")
-	tid, gen, old, n, cur := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
+	tid := f.reg(c32)
 	p := f.reg(cPred)
-	done, spin, out := f.label(), f.label(), f.label()
+	done := f.label()
 	f.ins("mov.u32 %s, %%tid.x", tid)
 	f.ins("setp.ne.u32 %s, %s, 0", p, tid)
 	f.ins("@%s bra %s", p, done)
 	f.ins("fence.acq_rel.gpu")
+	if f.barrier == "count" {
+		f.countBarrier(bar, i)
+	} else {
+		f.generationBarrier(bar)
+	}
+	f.ins("fence.acq_rel.gpu")
+	f.place(done)
+	f.ins("bar.sync 0")
+}
+
+// generationBarrier counts the CTA in (bar[0]) and spins until the
+// generation (bar[1]) moves on; the last to arrive resets the count and
+// moves the generation, so the words are ready for the next barrier and
+// the next launch.
+func (f *fn) generationBarrier(bar *bufReg) {
+	gen, old, n, cur := f.reg(c32), f.reg(c32), f.reg(c32), f.reg(c32)
+	p := f.reg(cPred)
+	spin, out := f.label(), f.label()
 	// the generation is read before this CTA counts itself in, so it is
 	// the one the last arrival will move on from
 	f.ins("ld.acquire.gpu.global.u32 %s, [%s+4]", gen, bar.addr)
@@ -204,11 +227,41 @@ func (f *fn) gridBarrier(bar *bufReg) {
 	f.ins("st.release.gpu.global.u32 [%s+4], %s", bar.addr, cur)
 	f.ins("bra %s", out)
 	f.place(spin)
+	if f.barrier == "sleep" {
+		f.ins("nanosleep.u32 64")
+	}
 	f.ins("ld.acquire.gpu.global.u32 %s, [%s+4]", cur, bar.addr)
 	f.ins("setp.eq.u32 %s, %s, %s", p, cur, gen)
 	f.ins("@%s bra %s", p, spin)
 	f.place(out)
-	f.ins("fence.acq_rel.gpu")
-	f.place(done)
-	f.ins("bar.sync 0")
+}
+
+// countBarrier adds the CTA to a 64-bit count of arrivals that only grows
+// and spins until it reaches this barrier's target: at the launch's first
+// barrier a returning atomic gives the count the launch started from (a
+// multiple of the grid, as every launch of these words adds the same
+// number), after it a reduction, no round trip to wait for.
+func (f *fn) countBarrier(bar *bufReg, i int) {
+	n, cur, target := f.reg(c64), f.reg(c64), f.reg(c64)
+	nc := f.reg(c32)
+	p := f.reg(cPred)
+	f.ins("mov.u32 %s, %%nctaid.x", nc)
+	f.ins("cvt.u64.u32 %s, %s", n, nc)
+	if i == 1 {
+		old, r := f.reg(c64), f.reg(c64)
+		f.base = f.reg(c64)
+		f.ins("atom.acq_rel.gpu.global.add.u64 %s, [%s], 1", old, bar.addr)
+		f.ins("rem.u64 %s, %s, %s", r, old, n)
+		f.ins("sub.u64 %s, %s, %s", f.base, old, r)
+	} else {
+		f.ins("red.release.gpu.global.add.u64 [%s], 1", bar.addr)
+	}
+	f.ins("mad.lo.u64 %s, %s, %d, %s", target, n, i, f.base)
+	spin := f.label()
+	d := f.reg(c64)
+	f.place(spin)
+	f.ins("ld.acquire.gpu.global.u64 %s, [%s]", cur, bar.addr)
+	f.ins("sub.s64 %s, %s, %s", d, cur, target)
+	f.ins("setp.lt.s64 %s, %s, 0", p, d)
+	f.ins("@%s bra %s", p, spin)
 }

@@ -74,6 +74,29 @@ func TestRenderPhases(t *testing.T) {
 	if n, at := strings.Count(src, "griddepcontrol.wait"), strings.Index(src, "griddepcontrol.wait"); n != 2 || at < strings.Index(src, "prefetch.global.L2") {
 		t.Errorf("a prefetching first phase: %d waits, the first after its prefetch: %v", n, at > strings.Index(src, "prefetch.global.L2"))
 	}
+	// the other barriers: a backed-off spin; a count that only grows (one
+	// returning atomic a launch, reductions after)
+	for _, c := range []struct {
+		barrier string
+		want    map[string]int
+	}{
+		{"sleep", map[string]int{"nanosleep.u32": 3, "atom.acq_rel.gpu.global.add.u32": 3}},
+		{"count", map[string]int{"atom.acq_rel.gpu.global.add.u64": 1, "red.release.gpu.global.add.u64": 2, "nanosleep": 0}},
+	} {
+		src, err := Render(k, Target{SM: 90, PhaseBarrier: c.barrier})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wellFormed(t, src, []*kernel.Kernel{k}, 90)
+		for ins, n := range c.want {
+			if got := strings.Count(src, ins); got != n {
+				t.Errorf("barrier %q: %d %s, want %d", c.barrier, got, ins, n)
+			}
+		}
+	}
+	if _, err := Render(k, Target{SM: 90, PhaseBarrier: "spin"}); err == nil {
+		t.Errorf("an unknown barrier rendered")
+	}
 	// the launch's CTA for ptxas, and an occupancy asked for
 	if src, err := Render(k, Target{SM: 90, PhaseCTAs: 3}); err != nil || !strings.Contains(src, ")\n.maxntid 256, 1, 1\n.minnctapersm 3\n{") {
 		t.Errorf("no .maxntid 256 and .minnctapersm 3 (%v)", err)
