@@ -86,6 +86,7 @@ run)
 					JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				done
 				JITLLM_PHASES=2 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+				JITLLM_PHASES=all JITLLM_PHASES_UNROLL=4 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				echo "-- decode at depth 4096: the long step (AttentionBlockSplit), then without it"
 				"$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				JITLLM_ATTN_SPLIT_FROM=1000000 "$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true

@@ -51,6 +51,19 @@ func phasedPrefetch() bool {
 	return on && os.Getenv("JITLLM_PHASES_PREFETCH") != "0"
 }
 
+// phasedUnroll is JITLLM_PHASES_UNROLL in phased steps: the units a
+// thread of a decode mat-vec takes a trip (ops.DotShape.Unroll; 0: the
+// rule's). A phased kernel's CTAs are only those resident at once and walk
+// their rows one after another, so a trip's loads are all a warp has in
+// flight.
+func phasedUnroll() int {
+	if _, on := phaseLimit(); !on {
+		return 0
+	}
+	n, _ := strconv.Atoi(os.Getenv("JITLLM_PHASES_UNROLL"))
+	return max(n, 0)
+}
+
 // cooperative launches phased kernels as cooperative launches (the
 // driver's guarantee that every CTA is resident); JITLLM_PHASES_COOP=0
 // launches them as any kernel, their grid still sized to fit at once.

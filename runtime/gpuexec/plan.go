@@ -179,6 +179,9 @@ func (p *plan) dotShape(d dotKey) ops.DotShape {
 	rule := dotShape(d.form, d.t, d.rows)
 	if sh, ok := p.tuned.dots[d]; ok && d.rows%sh.Rows == 0 {
 		sh.Prefetch = rule.Prefetch // its gain is the overlap with the kernel before, which a lone launch cannot time
+		if u := phasedUnroll(); u > 0 {
+			sh.Unroll = u
+		}
 		return sh
 	}
 	return rule
@@ -1318,6 +1321,9 @@ func dotShape(form string, t quant.Type, rows int) ops.DotShape {
 		sh.Rows = 1
 	}
 	sh.Prefetch = t == quant.Q8_0 || phasedPrefetch()
+	if u := phasedUnroll(); u > 0 {
+		sh.Unroll = u
+	}
 	return sh
 }
 
