@@ -81,8 +81,8 @@ run)
 				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error|reads' || true
 				echo "-- JITLLM_Q6KA=0 (Q6_K matrices in their stored layout)"
 				JITLLM_Q6KA=0 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128|error|reads' || true
-				echo "-- phased steps (JITLLM_PHASES=all; =2), by grid barrier: generation, backed-off, count (docs/gpu.md)"
-				for b in "" sleep count; do
+				echo "-- phased steps (JITLLM_PHASES=all; =2), by grid barrier: generation, backed-off, count, count without fences (docs/gpu.md)"
+				for b in "" sleep count bare; do
 					JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				done
 				JITLLM_PHASES=2 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true

@@ -97,7 +97,7 @@ func TestGPUPhaseBarrier(t *testing.T) {
 	})
 	check("16 dependent launches", phases*reps)
 	fmt.Fprintf(&table, "16 dependent launches of %d CTAs: %.1f µs, %.2f a launch\n", grid.X, us, us/phases)
-	for _, barrier := range []string{"", "sleep", "count"} {
+	for _, barrier := range []string{"", "sleep", "count", "bare"} {
 		tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 		tg.PhaseBarrier = barrier
 		mod := loadKernelsFor(t, c, tg, pk)

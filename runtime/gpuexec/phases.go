@@ -41,7 +41,7 @@ func phaseCTAs() int {
 }
 
 // phaseBarrier is JITLLM_PHASES_BARRIER: the phased kernels' grid barrier
-// (ptx.Target.PhaseBarrier: "", "sleep" or "count").
+// (ptx.Target.PhaseBarrier: "", "sleep", "count" or "bare").
 func phaseBarrier() string { return os.Getenv("JITLLM_PHASES_BARRIER") }
 
 // phasedPrefetch reports whether every decode mat-vec prefetches its first

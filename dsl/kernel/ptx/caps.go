@@ -54,7 +54,9 @@ type Target struct {
 	// a generation word moved by the last CTA to arrive, "sleep" the same
 	// with a backed-off spin, "count" a 64-bit count of arrivals that only
 	// grows (one returning atomic a launch, then reductions), whose words
-	// must serve one launch site (one grid size) only.
+	// must serve one launch site (one grid size) only; "bare" the count
+	// without fences around it, the CTA's barrier and the count's release
+	// and acquire alone ordering the phases.
 	PhaseBarrier string
 }
 

@@ -80,7 +80,7 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	barDecl := f.loadParams([]kernel.Param{last}, len(k.Params)-1)
 	bar := f.bufs[last.Buf]
 	switch t.PhaseBarrier {
-	case "", "sleep", "count":
+	case "", "sleep", "count", "bare":
 	default:
 		return "", fmt.Errorf("ptx: kernel %s: no phase barrier %q", k.Name, t.PhaseBarrier)
 	}
@@ -195,13 +195,18 @@ func (f *fn) gridBarrier(bar *bufReg, i int) {
 	f.ins("mov.u32 %s, %%tid.x", tid)
 	f.ins("setp.ne.u32 %s, %s, 0", p, tid)
 	f.ins("@%s bra %s", p, done)
-	f.ins("fence.acq_rel.gpu")
-	if f.barrier == "count" {
+	bare := f.barrier == "bare"
+	if !bare {
+		f.ins("fence.acq_rel.gpu")
+	}
+	if f.barrier == "count" || bare {
 		f.countBarrier(bar, i)
 	} else {
 		f.generationBarrier(bar)
 	}
-	f.ins("fence.acq_rel.gpu")
+	if !bare {
+		f.ins("fence.acq_rel.gpu")
+	}
 	f.place(done)
 	f.ins("bar.sync 0")
 }

@@ -81,7 +81,8 @@ func TestRenderPhases(t *testing.T) {
 		want    map[string]int
 	}{
 		{"sleep", map[string]int{"nanosleep.u32": 3, "atom.acq_rel.gpu.global.add.u32": 3}},
-		{"count", map[string]int{"atom.acq_rel.gpu.global.add.u64": 1, "red.release.gpu.global.add.u64": 2, "nanosleep": 0}},
+		{"count", map[string]int{"atom.acq_rel.gpu.global.add.u64": 1, "red.release.gpu.global.add.u64": 2, "nanosleep": 0, "fence.acq_rel.gpu": 6}},
+		{"bare", map[string]int{"atom.acq_rel.gpu.global.add.u64": 1, "red.release.gpu.global.add.u64": 2, "fence": 0}},
 	} {
 		src, err := Render(k, Target{SM: 90, PhaseBarrier: c.barrier})
 		if err != nil {
