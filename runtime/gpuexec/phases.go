@@ -85,7 +85,8 @@ func phaseable(k *kernel.Kernel, tg ptx.Target) bool {
 // allocation: a "count" barrier's words serve one grid size). Kernels are
 // made once per sequence of phases.
 func (p *plan) phase(tg ptx.Target, limit int) error {
-	var bars []*view // the launches' barrier words, placed once they are counted
+	bars := p.add(alloc{name: "phase barriers", kind: kernel.U32}) // two words a phased launch, sized at the end
+	launches := 0
 	made := map[string]*kernel.Kernel{}
 	can := map[*kernel.Kernel]bool{}
 	fuse := func(ls []launch) ([]launch, error) {
@@ -112,9 +113,8 @@ func (p *plan) phase(tg ptx.Target, limit int) error {
 				}
 				made[key.String()] = k
 			}
-			bar := &view{off: 2 * len(bars), n: 2}
-			bars = append(bars, bar)
-			out = append(out, launch{k: k, args: append(args, bar), node: run[0].node})
+			out = append(out, launch{k: k, args: append(args, view{bars, 2 * launches, 2}), node: run[0].node})
+			launches++
 			run = run[:0]
 			return nil
 		}
@@ -149,28 +149,8 @@ func (p *plan) phase(tg ptx.Target, limit int) error {
 			return err
 		}
 	}
-	if len(bars) == 0 {
-		return nil
-	}
-	a := p.add(alloc{name: "phase barriers", kind: kernel.U32, n: 2 * len(bars)})
-	for _, ls := range append([][]launch{p.launches}, p.longSteps()...) {
-		for _, l := range ls {
-			if b, ok := l.args[len(l.args)-1].(*view); ok && len(l.k.Phases) > 0 {
-				b.a = a
-				l.args[len(l.args)-1] = *b
-			}
-		}
-	}
+	p.allocs[bars].n = 2 * launches
 	return nil
-}
-
-// longSteps are the long steps' launch lists.
-func (p *plan) longSteps() [][]launch {
-	var out [][]launch
-	for _, l := range p.longs {
-		out = append(out, l.launches)
-	}
-	return out
 }
 
 // residentGrid caps a phased launch's grid at the CTAs of block threads

@@ -167,9 +167,8 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f := &fn{k: lk, entry: lk.Name, grid: grid, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{}, width: width(lk.Body),
-		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
-		dependent: t.Dependent != nil && t.Dependent(k), wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
+	f := newFn(lk.Name, lk, t)
+	f.grid, f.width, f.dependent = grid, width(lk.Body), t.Dependent != nil && t.Dependent(k)
 	if f.dependent && t.SM < 90 {
 		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", lk.Name, t.SM)
 	}
@@ -251,6 +250,13 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 	b.WriteString(f.out.String())
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// newFn starts rendering entry name, whose (first) lowered kernel is k.
+func newFn(name string, k *kernel.Kernel, t Target) *fn {
+	return &fn{k: k, entry: name, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{},
+		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
+		wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
 }
 
 // loadParams declares parameters ps, numbered from first, and loads them

@@ -63,9 +63,13 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f := &fn{entry: k.Name, k: ps[0].k, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{},
-		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
-		wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap, cta: w}
+	switch t.PhaseBarrier {
+	case "", "sleep", "count", "bare":
+	default:
+		return "", fmt.Errorf("ptx: kernel %s: no phase barrier %q", k.Name, t.PhaseBarrier)
+	}
+	f := newFn(k.Name, ps[0].k, t)
+	f.cta, f.barrier = w, t.PhaseBarrier
 	dependent := t.Dependent != nil && t.Dependent(k)
 	if dependent && t.SM < 90 {
 		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", k.Name, t.SM)
@@ -79,12 +83,6 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	last := k.Params[len(k.Params)-1]
 	barDecl := f.loadParams([]kernel.Param{last}, len(k.Params)-1)
 	bar := f.bufs[last.Buf]
-	switch t.PhaseBarrier {
-	case "", "sleep", "count", "bare":
-	default:
-		return "", fmt.Errorf("ptx: kernel %s: no phase barrier %q", k.Name, t.PhaseBarrier)
-	}
-	f.barrier = t.PhaseBarrier
 	var params []string
 	first := 0
 	var names []string
@@ -137,7 +135,6 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 		f.gridBarrier(bar, i)
 		f.stmts(p.k.Body[at:])
 	}
-	f.place(f.label())
 	f.ins("ret")
 	if f.err != nil {
 		return "", f.err
