@@ -27,8 +27,9 @@ type phase struct {
 }
 
 // lowerPhases lowers each phase of k and returns them with the CTA width
-// they share: the widest group (a phase's group wider than a warp is the
-// whole CTA, so every such group must be that wide).
+// they share: the widest group (a narrower group wider than a warp takes a
+// named barrier, at most 15 to a CTA). Phases hold no block or tile
+// statements, so a phased kernel uses no dynamic shared memory.
 func lowerPhases(k *kernel.Kernel, t Target) ([]phase, int, error) {
 	var ps []phase
 	w := 1
@@ -115,23 +116,21 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 			f.dependent = false
 			continue
 		}
-		if !hasPrefetch(p.k.Body) || prefetchFirst(p.k.Body) != nil {
-			f.prefetch = false
-			f.gridBarrier(bar, i)
-			f.stmts(p.k.Body)
-			continue
-		}
-		// the statements before the grid loop load nothing (prefetchFirst):
-		// they, and the first iteration's prefetches, go before the barrier
+		// where the phase prefetches, the statements before its grid loop
+		// load nothing (prefetchFirst): they, and the first iteration's
+		// prefetches, go before the barrier
+		early := hasPrefetch(p.k.Body) && prefetchFirst(p.k.Body) == nil
 		at := 0
-		for p.k.Body[at] != p.grid {
+		for early && p.k.Body[at] != p.grid {
 			at++
 		}
 		f.prefetch = false
 		f.stmts(p.k.Body[:at])
-		f.prefetch = true
-		f.prologue(p.grid)
-		f.prefetch = false
+		if early {
+			f.prefetch = true
+			f.prologue(p.grid)
+			f.prefetch = false
+		}
 		f.gridBarrier(bar, i)
 		f.stmts(p.k.Body[at:])
 	}
@@ -149,13 +148,9 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	if t.PhaseCTAs > 0 {
 		f.bounds += fmt.Sprintf(".minnctapersm %d\n", t.PhaseCTAs)
 	}
-	shared := 0
-	for _, p := range ps {
-		shared = max(shared, blockShared(p.k.Body, t.WGMMA))
-	}
 	mode := fmt.Sprintf("%d phases, each a loop spread over the grid (group-stride), a grid barrier between: %s; "+
 		"CTAs of %d (a multiple of 32 where no group is wider), every CTA resident at once", len(ps), strings.Join(names, ", "), w)
-	return f.text(k.Doc, mode, append(params, barDecl...), shared, 8*w/32), nil
+	return f.text(k.Doc, mode, append(params, barDecl...), 0, 8*w/32), nil
 }
 
 // prologue renders the leading prefetches of grid loop s's first iteration

@@ -98,15 +98,11 @@ func (l Launch) CTA(threads, max int) int {
 // Plan is the launch of k rendered for t.
 func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 	if len(k.Phases) > 0 {
-		ps, w, err := lowerPhases(k, t)
+		_, w, err := lowerPhases(k, t) // no shared memory: phases hold no block statements
 		if err != nil {
 			return Launch{}, err
 		}
-		l := Launch{Group: w, Resident: true}
-		for _, p := range ps {
-			l.Shared = max(l.Shared, blockShared(p.k.Body, t.WGMMA))
-		}
-		return l, nil
+		return Launch{Group: w, Resident: true}, nil
 	}
 	lk, g, err := lower(k, t)
 	if err != nil {
