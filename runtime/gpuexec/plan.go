@@ -176,15 +176,15 @@ func (p *plan) dotShape(d dotKey) ops.DotShape {
 	if !slices.Contains(p.dots, d) {
 		p.dots = append(p.dots, d)
 	}
-	rule := dotShape(d.form, d.t, d.rows)
-	if sh, ok := p.tuned.dots[d]; ok && d.rows%sh.Rows == 0 {
-		sh.Prefetch = rule.Prefetch // its gain is the overlap with the kernel before, which a lone launch cannot time
-		if u := phasedUnroll(); u > 0 {
-			sh.Unroll = u
-		}
-		return sh
+	sh := dotShape(d.form, d.t, d.rows)
+	if tuned, ok := p.tuned.dots[d]; ok && d.rows%tuned.Rows == 0 {
+		tuned.Prefetch = sh.Prefetch // its gain is the overlap with the kernel before, which a lone launch cannot time
+		sh = tuned
 	}
-	return rule
+	if u := phasedUnroll(); u > 0 { // a one-row step's mat-vecs only (the phased ones)
+		sh.Unroll = u
+	}
+	return sh
 }
 
 // The step buffer's views: [last row, position] and the tokens.
@@ -1321,9 +1321,6 @@ func dotShape(form string, t quant.Type, rows int) ops.DotShape {
 		sh.Rows = 1
 	}
 	sh.Prefetch = t == quant.Q8_0 || phasedPrefetch()
-	if u := phasedUnroll(); u > 0 {
-		sh.Unroll = u
-	}
 	return sh
 }
 
