@@ -8,6 +8,7 @@ import (
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/runtime/cuda"
 )
 
 // Phased decode steps (kernel.Phases, docs/gpu.md "A persistent decode
@@ -155,9 +156,7 @@ func (p *plan) phase(tg ptx.Target, limit int) error {
 
 // residentGrid caps a phased launch's grid at the CTAs of block threads
 // that fit on the device at once (a grid barrier waits for every CTA).
-func residentGrid(fn interface {
-	ActiveBlocks(block, shared int) (int, error)
-}, sms int, grid, block uint32, shared uint32) (uint32, error) {
+func residentGrid(fn *cuda.Function, sms int, grid, block, shared uint32) (uint32, error) {
 	n, err := fn.ActiveBlocks(int(block), int(shared))
 	if err != nil {
 		return 0, err
