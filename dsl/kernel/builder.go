@@ -88,6 +88,7 @@ const (
 	SBlockMatMul                  // Out[…] = Buf's rows times Buf2's rows, a CTA's product (block.go)
 	SBlockAttention               // Out[…] = attention of Buf's rows over Buf2's keys and Buf3's values (attention.go)
 	SPrefetch                     // Buf[Index : Index+Hi] will be read soon (prefetch.go): no effect on results
+	SStage                        // Buf[Index : Index+Hi] is all the rest of the body reads of Buf, in a stage of Step elements (stage.go)
 )
 
 // LoopKind says whether a loop's iterations may run at once.

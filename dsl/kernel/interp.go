@@ -89,6 +89,8 @@ type machine struct {
 	bufs  []bufv
 	accs  map[*Stmt][]*Var // a cooperative loop's split accumulators
 	tiles map[*Tile][]float32
+	// the stages in force (kernel.Stage), by root buffer
+	staged map[*Buf]stageRange
 }
 
 func (m *machine) bind(p Param, a any) error {
@@ -146,6 +148,11 @@ func (m *machine) stmts(ss []*Stmt) {
 	for _, s := range ss {
 		m.stmt(s)
 	}
+	for _, s := range ss { // a stage lasts to the end of its list
+		if s.Op == SStage {
+			m.unstage(s.Buf)
+		}
+	}
 }
 
 func (m *machine) stmt(s *Stmt) {
@@ -186,6 +193,8 @@ func (m *machine) stmt(s *Stmt) {
 		m.blockAttention(s)
 	case SPrefetch:
 		m.prefetch(s)
+	case SStage:
+		m.stage(s)
 	default:
 		fail("statement %d", s.Op)
 	}
@@ -203,6 +212,9 @@ func (m *machine) load(b *Buf, k Kind, i int) val {
 	if k != b.Elem { // little-endian load from a byte buffer
 		w := k.Bytes()
 		j := m.at(b, i, w)
+		if len(m.staged) > 0 {
+			m.checkStaged(b, j, w, false)
+		}
 		src := m.bufs[b.ID].root.([]byte)
 		var u uint64
 		for x := w - 1; x >= 0; x-- {
@@ -211,6 +223,9 @@ func (m *machine) load(b *Buf, k Kind, i int) val {
 		return val{i: int64(u)}
 	}
 	j := m.at(b, i, 1)
+	if len(m.staged) > 0 {
+		m.checkStaged(b, j, 1, false)
+	}
 	switch x := m.bufs[b.ID].root.(type) {
 	case []byte:
 		return val{i: int64(x[j])}
@@ -232,6 +247,9 @@ func (m *machine) load(b *Buf, k Kind, i int) val {
 
 func (m *machine) store(b *Buf, i int, v val) {
 	j := m.at(b, i, 1)
+	if len(m.staged) > 0 {
+		m.checkStaged(b, j, 1, true)
+	}
 	switch x := m.bufs[b.ID].root.(type) {
 	case []byte:
 		x[j] = byte(v.i)

@@ -291,6 +291,12 @@ func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
 // the kernel before it (kernel.Prefetch; a target with dependent launches
 // streams them while that kernel finishes): it never changes a result.
 //
+// Stage, where over 0, has each group copy its weight rows (each matrix's)
+// into shared memory before that wait instead (kernel.Stage, at most Stage
+// bytes a matrix; rows that do not fit are read where they lie): the
+// whole first trip of a launch that fits in one wave arrives while the
+// kernel before finishes. It never changes a result.
+//
 // Acts is the activation rows a launch multiplies (0 or 1: one): xq and xd
 // hold Acts rows' quants and scales one row after another, y (and res)
 // Acts rows of outputs, and a group reads each weight unit once for all of
@@ -299,6 +305,7 @@ func DotMatVecsRows(form string, rows int) map[string]func() *k.Kernel {
 type DotShape struct {
 	Rows, Threads, Unroll int
 	Prefetch              bool
+	Stage                 int
 	Acts                  int
 }
 
@@ -318,6 +325,9 @@ func (sh DotShape) String() string {
 	}
 	if sh.Prefetch {
 		b.WriteString("p")
+	}
+	if sh.Stage > 0 {
+		fmt.Fprintf(&b, "s%d", sh.Stage)
 	}
 	if sh.Acts > 1 {
 		fmt.Fprintf(&b, "a%d", sh.Acts)
@@ -405,7 +415,10 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	}
 	b.ParallelFor("r", 0, n.Div(rows), func(g k.Expr) {
 		for _, w := range ws { // the group's rows: weights, which no launch writes
-			if sh.Prefetch {
+			switch {
+			case sh.Stage > 0:
+				b.Stage(w, g.Mul(rows).Mul(rowBytes), rowBytes.Mul(rows), sh.Stage)
+			case sh.Prefetch:
 				b.Prefetch(w, g.Mul(rows).Mul(rowBytes), rowBytes.Mul(rows))
 			}
 		}

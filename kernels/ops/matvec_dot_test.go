@@ -314,7 +314,10 @@ func TestEmbed(t *testing.T) {
 	}
 }
 
-// A shape's prefetch changes nothing: every form's bits with and without.
+// A shape's prefetch or stage changes nothing: every form's bits with and
+// without, and a stage holds every weight load of its group (the
+// interpreter fails a load outside it), whether its room fits the rows or
+// not.
 func TestMatVecDotPrefetch(t *testing.T) {
 	r := rand.New(rand.NewPCG(33, 34))
 	const n, out = 512, 8
@@ -324,10 +327,11 @@ func TestMatVecDotPrefetch(t *testing.T) {
 		xq, xd := partner(t, name, x)
 		wg, wu := gateUp(opstest.Type(name), n, out, r)
 		for _, form := range []string{"", "Add", "SwiGLU"} {
-			sh := ops.DotShape{Rows: 2, Threads: 64, Unroll: 2}
-			var ys [2][]float32
-			for i, pf := range []bool{false, true} {
-				sh.Prefetch = pf
+			rowBytes := len(wg) / out
+			shapes := []ops.DotShape{{}, {Prefetch: true}, {Stage: 2 * rowBytes}, {Stage: rowBytes}, {Stage: 1}}
+			ys := make([][]float32, len(shapes))
+			for i, sh := range shapes {
+				sh.Rows, sh.Threads, sh.Unroll = 2, 64, 2
 				in := []any{wg, xq, xd}
 				switch form {
 				case "Add":
@@ -340,9 +344,11 @@ func TestMatVecDotPrefetch(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for o := range out {
-				if math.Float32bits(ys[0][o]) != math.Float32bits(ys[1][o]) {
-					t.Errorf("%s%s row %d: %v with the prefetch, %v without", form, name, o, ys[1][o], ys[0][o])
+			for i := 1; i < len(shapes); i++ {
+				for o := range out {
+					if math.Float32bits(ys[0][o]) != math.Float32bits(ys[i][o]) {
+						t.Errorf("%s%s row %d: %v with %+v, %v without", form, name, o, ys[i][o], shapes[i], ys[0][o])
+					}
 				}
 			}
 		}

@@ -92,6 +92,17 @@ func (f *Function) SetMaxDynamicShared(n int) error {
 	return check("cuFuncSetAttribute", api.cuFuncSetAttribute(f.f, attrMaxDynamicShared, int32(n)))
 }
 
+// SetCarveout asks that the multiprocessors running f give percent of
+// their unified L1 and shared memory to shared memory (the driver rounds
+// to a supported split). Kernels with different splits cannot share a
+// multiprocessor until it drains, which a dependent launch's early CTAs
+// would otherwise wait on.
+func (f *Function) SetCarveout(percent int) error {
+	const attrCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+	defer f.c.enter()()
+	return check("cuFuncSetAttribute", api.cuFuncSetAttribute(f.f, attrCarveout, int32(percent)))
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 

@@ -184,7 +184,7 @@ func (p *plan) dotShape(d dotKey) ops.DotShape {
 	if u := phasedUnroll(); u > 0 { // a one-row step's mat-vecs only (the phased ones)
 		sh.Unroll = u
 	}
-	return sh
+	return stageShape(sh, d)
 }
 
 // The step buffer's views: [last row, position] and the tokens.

@@ -247,6 +247,11 @@ func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
 		if err := allowShared(sh.fns[k], lp.Shared); err != nil {
 			return sh, err
 		}
+		if c := carveout(); c >= 0 {
+			if err := sh.fns[k].SetCarveout(c); err != nil {
+				return sh, err
+			}
+		}
 	}
 	for i, a := range p.allocs {
 		if !a.constant() {

@@ -258,7 +258,7 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.stmts(s.Body)
 		f.depth--
 		f.line("}")
-	case kernel.SBarrier, kernel.SPrefetch:
+	case kernel.SBarrier, kernel.SPrefetch, kernel.SStage:
 		// nothing: this target runs a kernel on one thread, from memory as it is
 	default:
 		f.fail("statement %d", s.Op)

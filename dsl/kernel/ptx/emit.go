@@ -67,6 +67,9 @@ type bufReg struct {
 	size  int
 	elem  kernel.Kind
 	align int64 // bytes (at most 16) known to divide addr
+	// generic: addr is a generic address, maybe of a stage's shared
+	// memory (stage.go), read with generic loads
+	generic bool
 }
 
 // fn renders one entry.
@@ -104,6 +107,20 @@ type fn struct {
 	dependent bool // rendered for programmatic dependent launch (prefetch.go)
 	prefetch  bool // kernel.Prefetch rendered (before a dependent wait or a phase barrier)
 	waited    bool // its wait is rendered
+
+	// kernel.Stage (stage.go): rendered at all, the CTA the slots are sized
+	// for, this group's region and the bytes of it taken, the most any
+	// phase declares, the copies a phase's prologue issued (their
+	// predicates), the stages issued and not yet bound, and whether a
+	// prologue is being rendered
+	staging    bool
+	stageCTA   int
+	stageBase  string
+	stageAt    int
+	stageBytes int
+	preStaged  map[*kernel.Stmt]string
+	pending    []pendingStage
+	early      bool
 
 	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
 	// and the words of the 16-byte chunks loaded in this straight-line
@@ -176,6 +193,11 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	if f.width > 32 {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
+	f.stageCTA = max(stageCTA, f.width)
+	if f.staging = f.dependent && canStage(t, lk.Body, grid, f.width, f.stageCTA); f.staging {
+		// the slots are the CTA's groups: a larger CTA would overrun them
+		f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", f.stageCTA)
+	}
 	if lk.Result != nil {
 		// an entry returns nothing: a GPU kernel stores what it computes
 		return "", fmt.Errorf("ptx: kernel %s: a kernel result (Return) is unsupported; store it", lk.Name)
@@ -242,6 +264,9 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 	if f.red != "" {
 		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, red)
 	}
+	if f.stageBytes > 0 {
+		fmt.Fprintf(&b, "\t.shared .align 16 .b8 %s[%d];\n", f.stageName(), f.stageBytes)
+	}
 	for c := class(0); c < nClass; c++ {
 		if f.nreg[c] > 0 {
 			fmt.Fprintf(&b, "\t.reg %s %s<%d>;\n", classes[c].decl, classes[c].prefix, f.nreg[c]+1)
@@ -256,7 +281,8 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 func newFn(name string, k *kernel.Kernel, t Target) *fn {
 	return &fn{k: k, entry: name, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{},
 		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
-		wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
+		preStaged: map[*kernel.Stmt]string{},
+		wgmma:     t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
 }
 
 // loadParams declares parameters ps, numbered from first, and loads them
@@ -302,11 +328,18 @@ func (f *fn) loadParams(ps []kernel.Param, first int) []string {
 }
 
 func (f *fn) stmts(ss []*kernel.Stmt) {
+	var saved map[*kernel.Buf]*bufReg
 	for i, s := range ss {
 		f.stmt(s)
-		if s.Op == kernel.SPrefetch && f.dependent && !f.waited && (i+1 == len(ss) || ss[i+1].Op != kernel.SPrefetch) {
-			f.depWait() // after a run of prefetches: the rest may read what the kernel before wrote
+		if early(s) && (i+1 == len(ss) || !early(ss[i+1])) && !f.early {
+			if f.dependent && !f.waited {
+				f.depWait() // after a run of prefetches and stages: the rest may read what the kernel before wrote
+			}
+			saved = f.stageBind(saved)
 		}
+	}
+	for buf, b := range saved { // a stage lasts to the end of its list
+		f.bufs[buf] = b
 	}
 }
 
@@ -360,7 +393,7 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		a := f.reg(c64)
 		f.ins("add.s64 %s, %s, %d", a, base, off)
 		al := min(p.align, f.alignOf(s.Index)*int64(p.elem.Bytes()), maxAlign)
-		f.bufs[s.Buf] = &bufReg{addr: a, size: s.Buf.Size, elem: s.Buf.Elem, align: al}
+		f.bufs[s.Buf] = &bufReg{addr: a, size: s.Buf.Size, elem: s.Buf.Elem, align: al, generic: p.generic}
 	case kernel.SFor:
 		if s.Threads > 1 {
 			f.threadLoop(s)
@@ -386,6 +419,8 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		f.attnStmt(s)
 	case kernel.SPrefetch:
 		f.prefetchStmt(s)
+	case kernel.SStage:
+		f.stageIssue(s)
 	default:
 		f.fail("statement op %d unsupported", s.Op)
 	}
@@ -462,6 +497,7 @@ func (f *fn) gridStart(s *kernel.Stmt) (i, hi, n string) {
 		f.laneMask(tid)
 		f.groupSlots(tid)
 	}
+	f.stageStart(s, tid)
 	if s.Step != 1 {
 		f.ins("mul.lo.s64 %s, %s, %d", g, g, s.Step)
 		f.ins("mul.lo.s64 %s, %s, %d", n, n, s.Step)

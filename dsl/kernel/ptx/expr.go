@@ -559,14 +559,14 @@ func (f *fn) load(e kernel.Expr) string {
 	base, off := f.addr(b, e.Args[0], e.Buf.Elem.Bytes())
 	if e.Kind == e.Buf.Elem || e.Aligned { // an aligned U16/U32 of a byte buffer is one access
 		r := f.reg(classOf(e.Kind))
-		f.ins("ld.global.%s %s, %s", memType[e.Kind], r, at(base, off))
+		f.ins("%s.%s %s, %s", b.ld(), memType[e.Kind], r, at(base, off))
 		return r
 	}
 	r := f.reg(c32)
-	f.ins("ld.global.u8 %s, %s", r, at(base, off))
+	f.ins("%s.u8 %s, %s", b.ld(), r, at(base, off))
 	for x := 1; x < e.Kind.Bytes(); x++ {
 		v, o := f.reg(c32), f.reg(c32)
-		f.ins("ld.global.u8 %s, %s", v, at(base, off+int64(x)))
+		f.ins("%s.u8 %s, %s", b.ld(), v, at(base, off+int64(x)))
 		f.ins("shl.b32 %s, %s, %d", v, v, 8*x)
 		f.ins("or.b32 %s, %s, %s", o, r, v)
 		r = o

@@ -87,8 +87,16 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	var params []string
 	first := 0
 	var names []string
+	// the CTA the runtime launches (the widest group, or 128 threads), so
+	// ptxas budgets registers for it and the stages' slots fit
+	cta := 128
+	if w > 32 {
+		cta = w
+	}
+	f.stageCTA = cta
 	for i, p := range ps {
 		f.k, f.grid, f.width, f.lane, f.mask = p.k, p.grid, p.width, "", ""
+		f.staging = canStage(t, p.k.Body, p.grid, p.width, cta)
 		names = append(names, fmt.Sprintf("%s (%d)", p.k.Name, p.width))
 		if i > 0 {
 			f.out.WriteString(fmt.Sprintf("\t// phase %d: %s\n", i, p.k.Name))
@@ -127,9 +135,13 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 		f.prefetch = false
 		f.stmts(p.k.Body[:at])
 		if early {
-			f.prefetch = true
+			if f.staging {
+				// the CTA's groups are done with the phase before's slots
+				f.ins("bar.sync 0")
+			}
+			f.prefetch, f.early = true, true
 			f.prologue(p.grid)
-			f.prefetch = false
+			f.prefetch, f.early = false, false
 		}
 		f.gridBarrier(bar, i)
 		f.stmts(p.k.Body[at:])
@@ -137,12 +149,6 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	f.ins("ret")
 	if f.err != nil {
 		return "", f.err
-	}
-	// the CTA the runtime launches (the widest group, or 128 threads), so
-	// ptxas budgets registers for it
-	cta := 128
-	if w > 32 {
-		cta = w
 	}
 	f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", cta)
 	if t.PhaseCTAs > 0 {
@@ -159,7 +165,7 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 func (f *fn) prologue(s *kernel.Stmt) {
 	end := 0
 	for j, st := range s.Body {
-		if st.Op == kernel.SPrefetch {
+		if early(st) {
 			end = j + 1
 		} else if st.Op != kernel.SLet && st.Op != kernel.SView && st.Op != kernel.SAcc {
 			break

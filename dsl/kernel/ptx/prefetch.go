@@ -61,9 +61,9 @@ func (f *fn) prefetchStmt(s *kernel.Stmt) {
 	f.place(done)
 }
 
-// hasPrefetch reports whether a body prefetches anywhere.
+// hasPrefetch reports whether a body prefetches or stages anywhere.
 func hasPrefetch(body []*kernel.Stmt) bool {
-	return kernel.Any(body, func(s *kernel.Stmt) bool { return s.Op == kernel.SPrefetch })
+	return kernel.Any(body, early)
 }
 
 // prefetchFirst checks that a kernel that prefetches loads nothing before
@@ -78,7 +78,7 @@ func prefetchFirst(body []*kernel.Stmt) error {
 	var walk func([]*kernel.Stmt) bool // true once the first prefetch is met
 	walk = func(ss []*kernel.Stmt) bool {
 		for _, s := range ss {
-			if s.Op == kernel.SPrefetch {
+			if early(s) {
 				return true
 			}
 			for _, e := range []kernel.Expr{s.Value, s.Index, s.Lo, s.Hi} {

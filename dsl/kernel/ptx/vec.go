@@ -107,7 +107,7 @@ func (f *fn) vecLoad(b *bufReg, e kernel.Expr) (string, bool) {
 		for i := range w {
 			w[i] = f.reg(c32)
 		}
-		f.ins("ld.global.v4.u32 {%s, %s, %s, %s}, %s", w[0], w[1], w[2], w[3], at(a, key.off))
+		f.ins("%s.v4.u32 {%s, %s, %s, %s}, %s", b.ld(), w[0], w[1], w[2], w[3], at(a, key.off))
 		f.chunks[key] = w
 	}
 	return w[(off-key.off)/4], true

@@ -1,0 +1,217 @@
+package ptx
+
+import "github.com/jitllm/jitllm/dsl/kernel"
+
+// Stages (kernel.Stage) on sm_80 and later, where there is a wait to hide:
+// a dependent kernel's wait for the one before (Target.Dependent) or a
+// phase's grid barrier. Each group of a grid iteration copies its staged
+// range into its own slot of the CTA's shared memory with cp.async (16
+// bytes a lane a trip) before the wait, so the bytes stream in while the
+// kernel before finishes; after the wait it waits for its copies, meets
+// its group and reads the buffer through a generic address: the slot's
+// (element 0 of the buffer placed so that the range lands in the slot)
+// where the range was copied, the buffer's own where it was not (longer
+// than the slot, or not 16-byte aligned on the device). A phase's first
+// iteration issues its copies before the barrier that starts it (the
+// prologue); its loop then only waits for them.
+
+// stageLimit is the most static shared memory a kernel's stages take (the
+// most a CTA may declare statically).
+const stageLimit = 48 << 10
+
+// stageCTA is the CTA a kernel's stages are sized for where its groups are
+// no wider than it: the runtime's CTA of grid kernels (the bound is
+// declared, so a larger launch fails rather than overruns the slots).
+const stageCTA = 128
+
+// pendingStage is a stage whose copies are issued and whose reads are not
+// yet bound: its buffer, the slot's shared address, the element offset's
+// bytes and whether the range was copied.
+type pendingStage struct {
+	buf        *kernel.Buf
+	b          *bufReg
+	slot, off  string
+	copied     string
+	elemsBytes int
+}
+
+// slotBytes is the bytes a stage sets aside a group: its room, rounded to
+// whole 16-byte copies.
+func slotBytes(s *kernel.Stmt) int {
+	return (s.Step*s.Buf.Elem.Bytes() + 15) &^ 15
+}
+
+// stageRegion is the bytes of shared memory a group's stages in body take.
+func stageRegion(body []*kernel.Stmt) int {
+	n := 0
+	kernel.Any(body, func(s *kernel.Stmt) bool {
+		if s.Op == kernel.SStage {
+			n += slotBytes(s)
+		}
+		return false
+	})
+	return n
+}
+
+// stageSlots is the groups of width threads a CTA of cta threads holds.
+func stageSlots(width, cta int) int { return max(cta/max(width, 1), 1) }
+
+// canStage reports whether kernel body k (lowered, its grid loop grid, its
+// groups width wide, in CTAs of cta) renders its stages: on sm_80 and
+// later, with no block or tile statements beside them, the slots within
+// stageLimit.
+func canStage(t Target, body []*kernel.Stmt, grid *kernel.Stmt, width, cta int) bool {
+	if t.SM < 80 || grid == nil || kernel.BlockThreads(body) > 0 || kernel.HasTiles(body) {
+		return false
+	}
+	r := stageRegion(grid.Body)
+	return r > 0 && r*stageSlots(width, cta) <= stageLimit
+}
+
+// stageStart sets up the stages of grid loop s's body for this thread's
+// group (gridStart has set the lane): the region's base in the CTA's
+// shared memory.
+func (f *fn) stageStart(s *kernel.Stmt, tid string) {
+	f.stageBase, f.stageAt = "", 0
+	r := stageRegion(s.Body)
+	if !f.staging || r == 0 {
+		return
+	}
+	slots := stageSlots(f.width, f.stageCTA)
+	f.stageBytes = max(f.stageBytes, r*slots)
+	f.stageBase = f.reg(c64)
+	f.ins("mov.u64 %s, %s", f.stageBase, f.stageName())
+	if slots > 1 {
+		g, g64 := f.reg(c32), f.reg(c64)
+		f.ins("shr.u32 %s, %s, %d", g, tid, log2(f.width))
+		f.ins("cvt.u64.u32 %s, %s", g64, g)
+		f.ins("mad.lo.s64 %s, %s, %d, %s", f.stageBase, g64, r, f.stageBase)
+	}
+}
+
+func (f *fn) stageName() string { return "stages_" + paramName(0, f.entry) }
+
+// stageSync is the barrier of this thread's group: its warp's lanes, or
+// the group's (groupSync) where it is wider than a warp.
+func (f *fn) stageSync() {
+	if f.width > 32 {
+		f.groupSync()
+		return
+	}
+	f.ins("bar.warp.sync %s", f.mask)
+}
+
+// stageIssue renders a stage's copies: in a phase's prologue (f.early)
+// they are issued and remembered, in the loop skipped where the prologue
+// issued them for this iteration.
+func (f *fn) stageIssue(s *kernel.Stmt) {
+	if !f.staging || f.stageBase == "" {
+		f.out.WriteString("\t// stage: read where it lies (no wait to hide, or no room)\n")
+		return
+	}
+	b := f.buf(s.Buf)
+	if b == nil {
+		return
+	}
+	eb := s.Buf.Elem.Bytes()
+	room := slotBytes(s)
+	slot := f.reg(c64)
+	f.ins("add.s64 %s, %s, %d", slot, f.stageBase, f.stageAt)
+	f.stageAt += room
+	off, n := f.reg(c64), f.reg(c64)
+	f.ins("mul.lo.s64 %s, %s, %d", off, f.expr(s.Index), eb)
+	f.ins("mul.lo.s64 %s, %s, %d", n, f.expr(s.Hi), eb)
+	src := f.reg(c64)
+	f.ins("add.s64 %s, %s, %s", src, b.addr, off)
+	// copied where it fits the slot and both ends are 16-byte aligned
+	ok, p := f.reg(cPred), f.reg(cPred)
+	odd := f.reg(c64)
+	f.ins("or.b64 %s, %s, %s", odd, src, n)
+	f.ins("and.b64 %s, %s, 15", odd, odd)
+	f.ins("setp.eq.s64 %s, %s, 0", ok, odd)
+	f.ins("setp.le.s64 %s, %s, %d", p, n, room)
+	f.ins("and.pred %s, %s, %s", ok, ok, p)
+	skip := f.label()
+	pre, issued := f.preStaged[s]
+	if issued && !f.early { // not copied, or copied already by the prologue
+		f.ins("not.pred %s, %s", p, ok)
+		f.ins("or.pred %s, %s, %s", p, p, pre)
+		f.ins("@%s bra %s", p, skip)
+	} else {
+		f.ins("@!%s bra %s", ok, skip)
+	}
+	f.stageSync() // the group's reads of its slot's last bytes are done
+	j, step := f.reg(c64), 16*max(f.width, 1)
+	if f.lane != "" {
+		f.ins("shl.b64 %s, %s, 4", j, f.lane)
+	} else {
+		f.ins("mov.u64 %s, 0", j)
+	}
+	head, done := f.label(), f.label()
+	q := f.reg(cPred)
+	f.place(head)
+	f.ins("setp.ge.s64 %s, %s, %s", q, j, n)
+	f.ins("@%s bra %s", q, done)
+	d, g := f.reg(c64), f.reg(c64)
+	f.ins("add.s64 %s, %s, %s", d, slot, j)
+	f.ins("add.s64 %s, %s, %s", g, src, j)
+	f.ins("cp.async.cg.shared.global [%s], [%s], 16", d, g)
+	f.ins("add.s64 %s, %s, %d", j, j, step)
+	f.ins("bra %s", head)
+	f.place(done)
+	f.ins("cp.async.commit_group")
+	f.place(skip)
+	switch {
+	case f.early:
+		r := f.reg(cPred)
+		f.ins("mov.pred %s, %s", r, ok)
+		f.preStaged[s] = r
+		return
+	case issued:
+		f.ins("setp.ne.u32 %s, 0, 0", pre) // later iterations copy their own
+	}
+	f.pending = append(f.pending, pendingStage{buf: s.Buf, b: b, slot: slot, off: off, copied: ok})
+}
+
+// stageBind waits for the pending stages' copies, meets the group and
+// binds each buffer to its generic address (the slot's where copied),
+// returning the bindings it replaced so the list's end restores them.
+func (f *fn) stageBind(saved map[*kernel.Buf]*bufReg) map[*kernel.Buf]*bufReg {
+	if len(f.pending) == 0 {
+		return saved
+	}
+	f.ins("cp.async.wait_all")
+	f.stageSync()
+	if saved == nil {
+		saved = map[*kernel.Buf]*bufReg{}
+	}
+	for _, ps := range f.pending {
+		gs, staged, own := f.reg(c64), f.reg(c64), f.reg(c64)
+		f.ins("cvta.shared.u64 %s, %s", gs, ps.slot)
+		f.ins("sub.s64 %s, %s, %s", staged, gs, ps.off)
+		f.ins("cvta.global.u64 %s, %s", own, ps.b.addr)
+		a := f.reg(c64)
+		f.ins("selp.b64 %s, %s, %s, %s", a, staged, own, ps.copied)
+		if _, ok := saved[ps.buf]; !ok {
+			saved[ps.buf] = f.bufs[ps.buf]
+		}
+		nb := *ps.b
+		nb.addr, nb.generic = a, true
+		f.bufs[ps.buf] = &nb
+	}
+	f.pending = f.pending[:0]
+	return saved
+}
+
+// ld is the load instruction's stem for a buffer: generic where it may be
+// staged.
+func (b *bufReg) ld() string {
+	if b.generic {
+		return "ld"
+	}
+	return "ld.global"
+}
+
+// early reports whether s is issued before a kernel's wait: a prefetch or
+// a stage.
+func early(s *kernel.Stmt) bool { return s.Op == kernel.SPrefetch || s.Op == kernel.SStage }

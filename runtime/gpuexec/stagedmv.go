@@ -1,0 +1,76 @@
+package gpuexec
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/quant"
+)
+
+// Staged mat-vecs (ops.DotShape.Stage, kernel.Stage): a one-row step's
+// mat-vec whose group's rows fit copies them into shared memory before its
+// wait for the kernel before, so a launch that fits in one wave has its
+// whole matrix on the way while the light kernel before it (a norm, the
+// attention, a quantizer) runs. JITLLM_STAGE=N stages the mat-vecs whose
+// group's rows take at most N bytes a matrix (0 or unset: none, the
+// default until measured); JITLLM_STAGE_ROWS=R only those of at most R
+// output rows (the launches of about a wave).
+
+// carveout is JITLLM_CARVEOUT, the percent of each multiprocessor's L1 and
+// shared memory every kernel asks to be shared memory (cuda.Function.SetCarveout),
+// or -1 (unset: the driver's choice by kernel). A staged mat-vec's CTAs
+// take 7-18 KiB of it, beside kernels that take none.
+func carveout() int {
+	n, err := strconv.Atoi(os.Getenv("JITLLM_CARVEOUT"))
+	if err != nil || n < 0 || n > 100 {
+		return -1
+	}
+	return n
+}
+
+// stageLimit is the most shared memory a CTA's stages may take (the
+// renderer's static limit, dsl/kernel/ptx).
+const stageLimit = 48 << 10
+
+func stageBytes() int {
+	n, err := strconv.Atoi(os.Getenv("JITLLM_STAGE"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+func stageRows() int {
+	n, err := strconv.Atoi(os.Getenv("JITLLM_STAGE_ROWS"))
+	if err != nil || n <= 0 {
+		return int(^uint(0) >> 1)
+	}
+	return n
+}
+
+// stageShape is sh staging mat-vec d's rows where the knobs ask for it and
+// they fit: a group's rows a matrix at most JITLLM_STAGE bytes, whole
+// 16-byte copies, the CTA's groups (128 threads, or one wider group)
+// within stageLimit. A staged shape does not also prefetch.
+func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
+	limit := stageBytes()
+	if limit == 0 || d.rows > stageRows() {
+		return sh
+	}
+	rb, err := quant.RowBytes(d.t, int64(d.cols))
+	if err != nil {
+		return sh
+	}
+	per := sh.Rows * int(rb)
+	mats := 1
+	if d.form == "SwiGLU" {
+		mats = 2
+	}
+	slots := max(128/max(sh.Threads, 32), 1)
+	if per > limit || per%16 != 0 || slots*mats*per > stageLimit {
+		return sh
+	}
+	sh.Stage, sh.Prefetch = per, false
+	return sh
+}
