@@ -36,13 +36,8 @@ type stageRange struct{ lo, hi int }
 // stage checks a stage's range and holds loads of its buffer to it until
 // the statement list ends (unstage).
 func (m *machine) stage(s *Stmt) {
+	m.prefetch(s) // the same range check
 	off, n := int(m.eval(s.Index).i), int(m.eval(s.Hi).i)
-	if n < 0 {
-		fail("stage of %d elements of %s", n, s.Buf.Name)
-	}
-	if n > 0 {
-		m.at(s.Buf, off, n)
-	}
 	if m.staged == nil {
 		m.staged = map[*Buf]stageRange{}
 	}

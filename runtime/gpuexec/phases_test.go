@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -58,20 +59,7 @@ func TestPhasedPlanMatchesPlan(t *testing.T) {
 			if _, _, _, _, err := render(p, tg, true); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			want, got := newHostExec(plain), newHostExec(p)
-			for step, toks := range [][]int32{prompt, {5}, {6}, {7}, {8}, {9}, {10}, {11}} {
-				a, err := want.Forward(toks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := got.Forward(toks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(a, b) {
-					t.Fatalf("%s limit %d: step %d's logits differ", name, limit, step)
-				}
-			}
+			sameLogits(t, fmt.Sprintf("%s limit %d", name, limit), plain, p, [][]int32{prompt, {5}, {6}, {7}, {8}, {9}, {10}, {11}})
 		}
 	}
 	if limit, on := phaseLimit(); on || limit != 0 {
@@ -86,5 +74,25 @@ func TestPhasedPlanMatchesPlan(t *testing.T) {
 	t.Setenv("JITLLM_PHASES", "1")
 	if _, on := phaseLimit(); on {
 		t.Errorf("JITLLM_PHASES=1 fuses")
+	}
+}
+
+// sameLogits checks that plan p's interpreted steps give want's logits bit
+// for bit, step by step.
+func sameLogits(t *testing.T, what string, want, p *plan, steps [][]int32) {
+	t.Helper()
+	a, b := newHostExec(want), newHostExec(p)
+	for step, toks := range steps {
+		x, err := a.Forward(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := b.Forward(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(x, y) {
+			t.Fatalf("%s: step %d's logits differ", what, step)
+		}
 	}
 }

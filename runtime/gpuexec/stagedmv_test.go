@@ -1,7 +1,7 @@
 package gpuexec
 
 import (
-	"slices"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,20 +52,7 @@ func TestStagedPlanMatchesPlan(t *testing.T) {
 			if !strings.Contains(src, "cp.async.cg.shared.global") || !strings.Contains(src, "cp.async.wait_all") {
 				t.Fatalf("%s: the stages' copies are not rendered", name)
 			}
-			want, got := newHostExec(plain), newHostExec(p)
-			for step, toks := range [][]int32{prompt, {5}, {6}, {7}} {
-				a, err := want.Forward(toks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := got.Forward(toks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(a, b) {
-					t.Fatalf("%s (phases %d): step %d's logits differ", name, limit, step)
-				}
-			}
+			sameLogits(t, fmt.Sprintf("%s (phases %d)", name, limit), plain, p, [][]int32{prompt, {5}, {6}, {7}})
 		}
 	}
 }
