@@ -81,18 +81,22 @@ run)
 				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error|reads' || true
 				echo "-- JITLLM_Q6KA=0 (Q6_K matrices in their stored layout)"
 				JITLLM_Q6KA=0 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128|error|reads' || true
-				echo "-- phased steps (JITLLM_PHASES=all; =2), by grid barrier: generation, backed-off, count, count without fences (docs/gpu.md)"
-				for b in "" sleep count bare; do
-					JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+				echo "-- staged mat-vecs (JITLLM_STAGE): all that fit, those of at most 6144 rows, all with the carveout at 100%, then plain again (docs/gpu.md)"
+				for v in "JITLLM_STAGE=65536" "JITLLM_STAGE=65536 JITLLM_STAGE_ROWS=6144" "JITLLM_STAGE=65536 JITLLM_CARVEOUT=100" "X=plain"; do
+					echo "   $v"
+					env $v "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				done
-				JITLLM_PHASES=2 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
-				JITLLM_PHASES=all JITLLM_PHASES_UNROLL=4 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+				echo "-- phased steps, staged (JITLLM_PHASES=all; =2), by grid barrier: count, count without fences"
+				for b in count bare; do
+					JITLLM_STAGE=65536 JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+				done
+				JITLLM_STAGE=65536 JITLLM_PHASES=2 JITLLM_PHASES_BARRIER=count "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				echo "-- decode at depth 4096: the long step (AttentionBlockSplit), then without it"
 				"$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				JITLLM_ATTN_SPLIT_FROM=1000000 "$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
-				echo "-- decode at depth 16384: the 32-piece tier from 8192, then 16 pieces throughout"
-				"$B/jitllm" speed "$f" -p 0 -n 64 -d 16384 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
-				JITLLM_ATTN_CHUNKS=16 "$B/jitllm" speed "$f" -p 0 -n 64 -d 16384 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
+				echo "-- decode at depth 12288: the 32-piece tier from 8192, then 16 pieces throughout"
+				"$B/jitllm" speed "$f" -p 0 -n 64 -d 12288 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
+				JITLLM_ATTN_CHUNKS=16 "$B/jitllm" speed "$f" -p 0 -n 64 -d 12288 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				for w in 1 2; do
 					echo "-- JITLLM_WGMMA=$w"
 					JITLLM_WGMMA=$w "$B/jitllm" speed "$f" -p 512 -n 0 -r 2 -devices cuda 2>&1 | grep -E 'pp512|error' || true
