@@ -528,6 +528,7 @@ func deviceTarget(c *cuda.Context) ptx.Target {
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
 	tg.PhaseCTAs, tg.PhaseBarrier = phaseCTAs(), phaseBarrier()
+	tg.StageOnce = os.Getenv("JITLLM_STAGE_ONCE") == "1"
 	return tg
 }
 

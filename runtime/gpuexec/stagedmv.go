@@ -15,7 +15,10 @@ import (
 // attention, a quantizer) runs. JITLLM_STAGE=N stages the mat-vecs whose
 // group's rows take at most N bytes a matrix (0 or unset: none, the
 // default until measured); JITLLM_STAGE_ROWS=R only those of at most R
-// output rows (the launches of about a wave).
+// output rows (the launches of about a wave); JITLLM_STAGE_ONCE=1 copies
+// only each group's first iteration's rows, the ones that overlap the wait
+// (ptx.Target.StageOnce), so a launch of several waves streams the rest
+// as it would unstaged.
 
 // carveout is JITLLM_CARVEOUT, the percent of each multiprocessor's L1 and
 // shared memory every kernel asks to be shared memory (cuda.Function.SetCarveout),

@@ -58,6 +58,11 @@ type Target struct {
 	// without fences around it, the CTA's barrier and the count's release
 	// and acquire alone ordering the phases.
 	PhaseBarrier string
+	// StageOnce copies a kernel.Stage's range only in a group's first
+	// grid iteration, the one whose copies overlap the wait or barrier
+	// before it; later iterations read where the data lies (a launch of
+	// several waves then streams as it would unstaged).
+	StageOnce bool
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

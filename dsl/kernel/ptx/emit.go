@@ -121,6 +121,8 @@ type fn struct {
 	preStaged  map[*kernel.Stmt]string
 	pending    []pendingStage
 	early      bool
+	stageOnce  bool   // Target.StageOnce
+	firstIter  string // with it: this group's grid iteration is its first (a predicate)
 
 	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
 	// and the words of the 16-byte chunks loaded in this straight-line
@@ -281,7 +283,7 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 func newFn(name string, k *kernel.Kernel, t Target) *fn {
 	return &fn{k: k, entry: name, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{},
 		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
-		preStaged: map[*kernel.Stmt]string{},
+		preStaged: map[*kernel.Stmt]string{}, stageOnce: t.StageOnce,
 		wgmma:     t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
 }
 

@@ -72,10 +72,14 @@ func canStage(t Target, body []*kernel.Stmt, grid *kernel.Stmt, width, cta int) 
 // group (gridStart has set the lane): the region's base in the CTA's
 // shared memory.
 func (f *fn) stageStart(s *kernel.Stmt, tid string) {
-	f.stageBase, f.stageAt = "", 0
+	f.stageBase, f.stageAt, f.firstIter = "", 0, ""
 	r := stageRegion(s.Body)
 	if !f.staging || r == 0 {
 		return
+	}
+	if f.stageOnce {
+		f.firstIter = f.reg(cPred)
+		f.ins("setp.eq.u32 %s, 0, 0", f.firstIter)
 	}
 	slots := stageSlots(f.width, f.stageCTA)
 	f.stageBytes = max(f.stageBytes, r*slots)
@@ -131,6 +135,9 @@ func (f *fn) stageIssue(s *kernel.Stmt) {
 	f.ins("setp.eq.s64 %s, %s, 0", ok, odd)
 	f.ins("setp.le.s64 %s, %s, %d", p, n, room)
 	f.ins("and.pred %s, %s, %s", ok, ok, p)
+	if f.firstIter != "" {
+		f.ins("and.pred %s, %s, %s", ok, ok, f.firstIter)
+	}
 	skip := f.label()
 	pre, issued := f.preStaged[s]
 	if issued && !f.early { // not copied, or copied already by the prologue
@@ -169,6 +176,9 @@ func (f *fn) stageIssue(s *kernel.Stmt) {
 		return
 	case issued:
 		f.ins("setp.ne.u32 %s, 0, 0", pre) // later iterations copy their own
+	}
+	if f.firstIter != "" && f.stageAt == stageRegion(f.grid.Body) {
+		f.ins("setp.ne.u32 %s, 0, 0", f.firstIter) // the iteration's last stage: later ones read where the data lies
 	}
 	f.pending = append(f.pending, pendingStage{buf: s.Buf, b: b, slot: slot, off: off, copied: ok})
 }

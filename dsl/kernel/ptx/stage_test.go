@@ -51,6 +51,15 @@ func TestStageRenders(t *testing.T) {
 	if strings.Contains(src, "ld.global.u32") {
 		t.Errorf("a staged buffer read with a global load:\n%s", src)
 	}
+	// StageOnce: only a group's first iteration copies (a predicate set
+	// before the grid loop and cleared after its stage)
+	once, err := ptx.Render(stKernel(256), ptx.Target{SM: 90, Dependent: all, StageOnce: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := strings.Count(once, "and.pred") - strings.Count(src, "and.pred"); d != 1 || strings.Count(once, "setp.ne.u32") <= strings.Count(src, "setp.ne.u32") {
+		t.Errorf("StageOnce: %d more and.pred, the first iteration's predicate not cleared:\n%s", d, once)
+	}
 	for _, tg := range []ptx.Target{{SM: 90}, {SM: 80}} {
 		plain, err := ptx.Render(stKernel(256), tg)
 		if err != nil {
