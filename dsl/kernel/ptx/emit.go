@@ -284,7 +284,7 @@ func newFn(name string, k *kernel.Kernel, t Target) *fn {
 	return &fn{k: k, entry: name, vars: map[*kernel.Var]string{}, bufs: map[*kernel.Buf]*bufReg{},
 		sm: t.SM, tiles: map[*kernel.Tile]tileRegs{}, valign: map[*kernel.Var]int64{}, chunks: map[chunkKey][4]string{},
 		preStaged: map[*kernel.Stmt]string{}, stageOnce: t.StageOnce,
-		wgmma:     t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
+		wgmma: t.WGMMA, overlap: t.WGMMA && t.WGMMAOverlap}
 }
 
 // loadParams declares parameters ps, numbered from first, and loads them
