@@ -96,8 +96,12 @@ func (f *fn) stageStart(s *kernel.Stmt, tid string) {
 func (f *fn) stageName() string { return "stages_" + paramName(0, f.entry) }
 
 // stageSync is the barrier of this thread's group: its warp's lanes, or
-// the group's (groupSync) where it is wider than a warp.
+// the group's (groupSync) where it is wider than a warp; a thread alone
+// needs none (its own copies are waited for).
 func (f *fn) stageSync() {
+	if f.width <= 1 {
+		return
+	}
 	if f.width > 32 {
 		f.groupSync()
 		return

@@ -51,6 +51,20 @@ func TestStageRenders(t *testing.T) {
 	if strings.Contains(src, "ld.global.u32") {
 		t.Errorf("a staged buffer read with a global load:\n%s", src)
 	}
+	// a thread alone stages too (a slot a thread, no group to meet)
+	b := k.New("st1")
+	w1, y1 := b.Buffer("w", k.F32), b.Buffer("y", k.F32)
+	b.ParallelFor("i", 0, y1.Len(), func(i k.Expr) {
+		b.Stage(w1, i.Mul(4), 4, 4)
+		b.Store(y1, i, w1.At(i.Mul(4)).Add(w1.At(i.Mul(4).Add(3))))
+	})
+	one, err := ptx.Render(b.MustBuild(), ptx.Target{SM: 90, Dependent: all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(one, "cp.async.cg.shared.global") || strings.Contains(one, "bar.warp.sync") || !strings.Contains(one, ".b8 stages_p0_st1[2048]") {
+		t.Errorf("a thread's stage:\n%s", one)
+	}
 	// StageOnce: only a group's first iteration copies (a predicate set
 	// before the grid loop and cleared after its stage)
 	once, err := ptx.Render(stKernel(256), ptx.Target{SM: 90, Dependent: all, StageOnce: true})
