@@ -148,6 +148,9 @@ func (m *machine) stmts(ss []*Stmt) {
 	for _, s := range ss {
 		m.stmt(s)
 	}
+	if len(m.staged) == 0 { // most lists: nothing staged to end
+		return
+	}
 	for _, s := range ss { // a stage lasts to the end of its list
 		if s.Op == SStage {
 			m.unstage(s.Buf)

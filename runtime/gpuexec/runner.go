@@ -236,6 +236,7 @@ func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
 		return sh, err
 	}
 	sh.tg, sh.am = tg, am
+	carve := carveout()
 	for _, k := range ks {
 		if sh.fns[k], err = sh.mod.Function(k.Name); err != nil {
 			return sh, err
@@ -247,8 +248,8 @@ func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
 		if err := allowShared(sh.fns[k], lp.Shared); err != nil {
 			return sh, err
 		}
-		if c := carveout(); c >= 0 {
-			if err := sh.fns[k].SetCarveout(c); err != nil {
+		if carve >= 0 {
+			if err := sh.fns[k].SetCarveout(carve); err != nil {
 				return sh, err
 			}
 		}

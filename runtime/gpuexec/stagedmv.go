@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/quant"
 )
@@ -32,10 +33,6 @@ func carveout() int {
 	return n
 }
 
-// stageLimit is the most shared memory a CTA's stages may take (the
-// renderer's static limit, dsl/kernel/ptx).
-const stageLimit = 48 << 10
-
 func stageBytes() int {
 	n, err := strconv.Atoi(os.Getenv("JITLLM_STAGE"))
 	if err != nil || n < 0 {
@@ -54,8 +51,8 @@ func stageRows() int {
 
 // stageShape is sh staging mat-vec d's rows where the knobs ask for it and
 // they fit: a group's rows a matrix at most JITLLM_STAGE bytes, whole
-// 16-byte copies, the CTA's groups (128 threads, or one wider group)
-// within stageLimit. A staged shape does not also prefetch.
+// 16-byte copies, the CTA's groups (threadsPerBlock threads, or one wider
+// group) within the renderer's ptx.StageLimit. A staged shape does not also prefetch.
 func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	limit := stageBytes()
 	if limit == 0 || d.rows > stageRows() {
@@ -70,8 +67,8 @@ func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	if d.form == "SwiGLU" {
 		mats = 2
 	}
-	slots := max(128/max(sh.Threads, 32), 1)
-	if per > limit || per%16 != 0 || slots*mats*per > stageLimit {
+	slots := max(threadsPerBlock/max(sh.Threads, 32), 1)
+	if per > limit || per%16 != 0 || slots*mats*per > ptx.StageLimit {
 		return sh
 	}
 	sh.Stage, sh.Prefetch = per, false

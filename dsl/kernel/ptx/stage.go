@@ -15,9 +15,10 @@ import "github.com/jitllm/jitllm/dsl/kernel"
 // iteration issues its copies before the barrier that starts it (the
 // prologue); its loop then only waits for them.
 
-// stageLimit is the most static shared memory a kernel's stages take (the
-// most a CTA may declare statically).
-const stageLimit = 48 << 10
+// StageLimit is the most static shared memory a kernel's stages take (the
+// most a CTA may declare statically): a CTA whose slots would pass it
+// reads its stages where they lie.
+const StageLimit = 48 << 10
 
 // stageCTA is the CTA a kernel's stages are sized for where its groups are
 // no wider than it: the runtime's CTA of grid kernels (the bound is
@@ -28,11 +29,10 @@ const stageCTA = 128
 // yet bound: its buffer, the slot's shared address, the element offset's
 // bytes and whether the range was copied.
 type pendingStage struct {
-	buf        *kernel.Buf
-	b          *bufReg
-	slot, off  string
-	copied     string
-	elemsBytes int
+	buf       *kernel.Buf
+	b         *bufReg
+	slot, off string
+	copied    string
 }
 
 // slotBytes is the bytes a stage sets aside a group: its room, rounded to
@@ -59,13 +59,13 @@ func stageSlots(width, cta int) int { return max(cta/max(width, 1), 1) }
 // canStage reports whether kernel body k (lowered, its grid loop grid, its
 // groups width wide, in CTAs of cta) renders its stages: on sm_80 and
 // later, with no block or tile statements beside them, the slots within
-// stageLimit.
+// StageLimit.
 func canStage(t Target, body []*kernel.Stmt, grid *kernel.Stmt, width, cta int) bool {
 	if t.SM < 80 || grid == nil || kernel.BlockThreads(body) > 0 || kernel.HasTiles(body) {
 		return false
 	}
 	r := stageRegion(grid.Body)
-	return r > 0 && r*stageSlots(width, cta) <= stageLimit
+	return r > 0 && r*stageSlots(width, cta) <= StageLimit
 }
 
 // stageStart sets up the stages of grid loop s's body for this thread's
