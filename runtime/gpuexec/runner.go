@@ -184,6 +184,7 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 			}
 		}
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }
+		tg.LaunchEarly = launchEarly(p)
 	}
 	ks = append(p.kernelList(), am)
 	src, err = ptx.Module(ks, tg)

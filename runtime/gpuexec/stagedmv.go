@@ -3,7 +3,9 @@ package gpuexec
 import (
 	"os"
 	"strconv"
+	"strings"
 
+	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/quant"
@@ -73,4 +75,36 @@ func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	}
 	sh.Stage, sh.Prefetch = per, false
 	return sh
+}
+
+// launchEarly is ptx.Target.LaunchEarly for plan p's one-row steps, by
+// JITLLM_EARLY (an experiment, off by default): "light" every kernel but
+// the mat-vecs (the norms, attention, quantizers), "staged" the kernels
+// some launch of a staged mat-vec follows; nil otherwise. The mat-vec
+// after then starts while the one before the light kernel finishes, its
+// stages copying through that kernel's tail.
+func launchEarly(p *plan) func(*kernel.Kernel) bool {
+	mode := os.Getenv("JITLLM_EARLY")
+	if mode != "light" && mode != "staged" {
+		return nil
+	}
+	early := map[*kernel.Kernel]bool{}
+	staged := func(k *kernel.Kernel) bool {
+		return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
+	}
+	mark := func(ls []launch) {
+		for i, l := range ls {
+			switch {
+			case mode == "light" && !strings.HasPrefix(l.k.Name, "MatVec"):
+				early[l.k] = true
+			case mode == "staged" && i+1 < len(ls) && staged(ls[i+1].k):
+				early[l.k] = true
+			}
+		}
+	}
+	mark(p.launches)
+	for _, ls := range p.longs {
+		mark(ls.launches)
+	}
+	return func(k *kernel.Kernel) bool { return early[k] }
 }

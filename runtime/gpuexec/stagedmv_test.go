@@ -56,3 +56,60 @@ func TestStagedPlanMatchesPlan(t *testing.T) {
 		}
 	}
 }
+
+// JITLLM_EARLY picks the kernels that let the next launch at entry: none
+// unset, every kernel but the mat-vecs ("light"), or exactly those a
+// staged mat-vec follows ("staged"); the picked kernels render the launch
+// before their wait.
+func TestLaunchEarlyPicks(t *testing.T) {
+	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
+	t.Setenv("JITLLM_STAGE", "65536")
+	p, err := newPlan(m, 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged := func(k *kernel.Kernel) bool {
+		return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
+	}
+	if launchEarly(p) != nil {
+		t.Fatal("JITLLM_EARLY unset: kernels picked")
+	}
+	for _, mode := range []string{"light", "staged"} {
+		t.Setenv("JITLLM_EARLY", mode)
+		early := launchEarly(p)
+		if early == nil {
+			t.Fatalf("%s: nothing picked", mode)
+		}
+		picked := 0
+		for i, l := range p.launches {
+			want := !strings.HasPrefix(l.k.Name, "MatVec")
+			if mode == "staged" {
+				want = i+1 < len(p.launches) && staged(p.launches[i+1].k)
+			}
+			// a kernel launched at several places is picked if any asks
+			if want && !early(l.k) {
+				t.Errorf("%s: launch %d (%s) not picked", mode, i, l.k.Name)
+			}
+			if early(l.k) {
+				picked++
+			}
+		}
+		if picked == 0 || picked == len(p.launches) {
+			t.Errorf("%s: %d of %d launches picked", mode, picked, len(p.launches))
+		}
+		src, _, _, _, err := render(p, ptx.Target{SM: 90}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := 0 // kernels that launch their next before their wait
+		for _, entry := range strings.Split(src, ".entry ")[1:] {
+			next, wait := strings.Index(entry, "griddepcontrol.launch_dependents"), strings.Index(entry, "griddepcontrol.wait")
+			if next >= 0 && wait >= 0 && next < wait {
+				before++
+			}
+		}
+		if before == 0 {
+			t.Errorf("%s: no kernel renders its next launch before its wait", mode)
+		}
+	}
+}

@@ -36,6 +36,13 @@ type Target struct {
 	// the kernel before it (griddepcontrol.wait) at entry, or after its
 	// weights' prefetches, and lets the kernel after it launch from there.
 	Dependent func(*kernel.Kernel) bool
+	// LaunchEarly picks dependent kernels that let the kernel after them
+	// launch at entry, before their own wait (griddepcontrol.launch_dependents
+	// first): a light kernel before a staged mat-vec, whose CTAs then copy
+	// their rows while the kernel two back still finishes. The wait after
+	// is unchanged (the kernel before has completed), so it never changes a
+	// result; only where the CTAs start.
+	LaunchEarly func(*kernel.Kernel) bool
 	// WGMMA renders block products (kernel.SBlockMatMul) with sm_90a's
 	// warpgroup MMA (wgmma.mma_async from shared-memory descriptors)
 	// instead of mma.sync; the module then targets sm_90a (PTX 8.0), which

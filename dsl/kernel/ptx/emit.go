@@ -107,6 +107,7 @@ type fn struct {
 	dependent bool // rendered for programmatic dependent launch (prefetch.go)
 	prefetch  bool // kernel.Prefetch rendered (before a dependent wait or a phase barrier)
 	waited    bool // its wait is rendered
+	launched  bool // the kernel after may launch already (Target.LaunchEarly)
 
 	// kernel.Stage (stage.go): rendered at all, the CTA the slots are sized
 	// for, this group's region and the bytes of it taken, the most any
@@ -205,6 +206,9 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		return "", fmt.Errorf("ptx: kernel %s: a kernel result (Return) is unsupported; store it", lk.Name)
 	}
 	params := f.loadParams(lk.Params, 0)
+	if f.dependent && t.LaunchEarly != nil && t.LaunchEarly(k) {
+		f.launchEarly()
+	}
 	if f.dependent {
 		if err := prefetchFirst(lk.Body); err != nil {
 			return "", fmt.Errorf("ptx: kernel %s: %w", lk.Name, err)

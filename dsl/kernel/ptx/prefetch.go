@@ -22,8 +22,17 @@ import (
 // the one after.
 func (f *fn) depWait() {
 	f.ins("griddepcontrol.wait")
-	f.ins("griddepcontrol.launch_dependents")
+	if !f.launched {
+		f.ins("griddepcontrol.launch_dependents")
+	}
 	f.waited = true
+}
+
+// launchEarly renders Target.LaunchEarly's launch of the kernel after at
+// entry: depWait then leaves it out.
+func (f *fn) launchEarly() {
+	f.ins("griddepcontrol.launch_dependents")
+	f.launched = true
 }
 
 // prefetchStmt renders kernel.Prefetch: the group's threads take the

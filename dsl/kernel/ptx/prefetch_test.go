@@ -70,3 +70,30 @@ func TestDependentRenders(t *testing.T) {
 		t.Errorf("a load before the prefetch: %v", err)
 	}
 }
+
+// Target.LaunchEarly lets the next kernel launch at entry, before the
+// prefetches and the wait, once; a kernel it does not pick keeps the
+// launch after its wait.
+func TestLaunchEarlyRenders(t *testing.T) {
+	all := func(*k.Kernel) bool { return true }
+	for _, pf := range []bool{true, false} {
+		src, err := ptx.Render(pfKernel(pf), ptx.Target{SM: 90, Dependent: all, LaunchEarly: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := strings.Index(src, "griddepcontrol.launch_dependents")
+		wait := strings.Index(src, "griddepcontrol.wait")
+		p := strings.Index(src, "prefetch.global.L2")
+		if next < 0 || wait < next || (pf && p < next) || strings.Count(src, "griddepcontrol.launch_dependents") != 1 {
+			t.Errorf("prefetch %v: launch_dependents at %d, prefetch at %d, wait at %d", pf, next, p, wait)
+		}
+		none := func(*k.Kernel) bool { return false }
+		late, err := ptx.Render(pfKernel(pf), ptx.Target{SM: 90, Dependent: all, LaunchEarly: none})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Index(late, "griddepcontrol.launch_dependents") < strings.Index(late, "griddepcontrol.wait") {
+			t.Errorf("prefetch %v: not picked, yet launched before the wait", pf)
+		}
+	}
+}
