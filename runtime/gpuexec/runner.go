@@ -474,6 +474,13 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 			return nil, err
 		}
 		resident := len(l.k.Phases) > 0
+		if !resident && stageGrid() && staged(l.k) {
+			// a staged mat-vec's grid at the CTAs resident at once, each
+			// walking its groups (with JITLLM_STAGE_AHEAD, copying ahead)
+			if grid.X, err = residentGrid(fns[l.k], r.c.Device.Multiprocessors, grid.X, block.X, shared); err != nil {
+				return nil, fmt.Errorf("%s: %w", l.k.Name, err)
+			}
+		}
 		if resident {
 			want := grid.X
 			if grid.X, err = residentGrid(fns[l.k], r.c.Device.Multiprocessors, grid.X, block.X, shared); err != nil {
@@ -531,6 +538,7 @@ func deviceTarget(c *cuda.Context) ptx.Target {
 	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
 	tg.PhaseCTAs, tg.PhaseBarrier = phaseCTAs(), phaseBarrier()
 	tg.StageOnce = os.Getenv("JITLLM_STAGE_ONCE") == "1"
+	tg.StageAhead = stageAhead()
 	return tg
 }
 

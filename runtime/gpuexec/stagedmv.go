@@ -21,7 +21,9 @@ import (
 // output rows (the launches of about a wave); JITLLM_STAGE_ONCE=1 copies
 // only each group's first iteration's rows, the ones that overlap the wait
 // (ptx.Target.StageOnce), so a launch of several waves streams the rest
-// as it would unstaged.
+// as it would unstaged; JITLLM_STAGE_AHEAD=1 copies each iteration's
+// next rows while it computes (ptx.Target.StageAhead: a resident grid, as
+// a phased step's, walks its rows without a round trip at each).
 
 // carveout is JITLLM_CARVEOUT, the percent of each multiprocessor's L1 and
 // shared memory every kernel asks to be shared memory (cuda.Function.SetCarveout),
@@ -33,6 +35,21 @@ func carveout() int {
 		return -1
 	}
 	return n
+}
+
+// stageAhead is JITLLM_STAGE_AHEAD=1: a staged loop copies each next
+// iteration's rows while it computes on the current one's
+// (ptx.Target.StageAhead), in twice the shared memory.
+func stageAhead() bool { return os.Getenv("JITLLM_STAGE_AHEAD") == "1" }
+
+// stageGrid is JITLLM_STAGE_GRID=1: a staged kernel's grid is the CTAs
+// resident at once (residentGrid), each walking several groups, rather
+// than a CTA for every four.
+func stageGrid() bool { return os.Getenv("JITLLM_STAGE_GRID") == "1" }
+
+// staged reports whether k stages a buffer (kernel.Stage).
+func staged(k *kernel.Kernel) bool {
+	return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
 }
 
 func stageBytes() int {
@@ -70,6 +87,9 @@ func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 		mats = 2
 	}
 	slots := max(threadsPerBlock/max(sh.Threads, 32), 1)
+	if stageAhead() {
+		slots *= 2 // a copy ahead beside each
+	}
 	if per > limit || per%16 != 0 || slots*mats*per > ptx.StageLimit {
 		return sh
 	}
@@ -89,9 +109,6 @@ func launchEarly(p *plan) func(*kernel.Kernel) bool {
 		return nil
 	}
 	early := map[*kernel.Kernel]bool{}
-	staged := func(k *kernel.Kernel) bool {
-		return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
-	}
 	mark := func(ls []launch) {
 		for i, l := range ls {
 			switch {

@@ -52,6 +52,13 @@ func TestStagedPlanMatchesPlan(t *testing.T) {
 			if !strings.Contains(src, "cp.async.cg.shared.global") || !strings.Contains(src, "cp.async.wait_all") {
 				t.Fatalf("%s: the stages' copies are not rendered", name)
 			}
+			ahead, _, _, _, err := render(p, ptx.Target{SM: 90, StageAhead: true}, true)
+			if err != nil {
+				t.Fatalf("%s, copying ahead: %v", name, err)
+			}
+			if !strings.Contains(ahead, "cp.async.wait_group 1") {
+				t.Fatalf("%s: no stage copied ahead", name)
+			}
 			sameLogits(t, fmt.Sprintf("%s (phases %d)", name, limit), plain, p, [][]int32{prompt, {5}, {6}, {7}})
 		}
 	}

@@ -70,6 +70,13 @@ type Target struct {
 	// before it; later iterations read where the data lies (a launch of
 	// several waves then streams as it would unstaged).
 	StageOnce bool
+	// StageAhead has each grid iteration of a staged loop copy the next
+	// iteration's ranges into a second slot while it computes on the
+	// current one's (cp.async.wait_group 1): a grid that walks several
+	// groups each (a phased kernel's resident grid) streams its rows
+	// without a round trip at each; the first iteration's copies go before
+	// the wait or barrier. The slots take twice the shared memory.
+	StageAhead bool
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

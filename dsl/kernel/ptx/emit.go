@@ -124,6 +124,16 @@ type fn struct {
 	early      bool
 	stageOnce  bool   // Target.StageOnce
 	firstIter  string // with it: this group's grid iteration is its first (a predicate)
+	// Target.StageAhead (stage.go): this loop's stages copy one iteration
+	// ahead, the half of the group's region the current iteration reads
+	// (0 or the region's bytes), the loop's next iteration, stride and
+	// bound, and whether a phase's prologue issued the first copies
+	ahead      bool
+	stagePar   string
+	aheadI     string
+	aheadN     string
+	aheadHi    string
+	aheadReady bool
 
 	// 16-byte loads (vec.go): what each Let is known to be a multiple of,
 	// and the words of the 16-byte chunks loaded in this straight-line
@@ -198,6 +208,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	}
 	f.stageCTA = max(stageCTA, f.width)
 	if f.staging = f.dependent && canStage(t, lk.Body, grid, f.width, f.stageCTA); f.staging {
+		f.ahead = t.StageAhead && aheadable(grid)
 		// the slots are the CTA's groups: a larger CTA would overrun them
 		f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", f.stageCTA)
 	}
@@ -341,6 +352,9 @@ func (f *fn) stmts(ss []*kernel.Stmt) {
 			if f.dependent && !f.waited {
 				f.depWait() // after a run of prefetches and stages: the rest may read what the kernel before wrote
 			}
+			if f.ahead && len(f.pending) > 0 {
+				f.aheadNext()
+			}
 			saved = f.stageBind(saved)
 		}
 	}
@@ -475,6 +489,16 @@ func (f *fn) loopFrom(s *kernel.Stmt, i, hi, step string) {
 // iterations lo + (g + m·threads)·step, so any launch shape is correct.
 func (f *fn) gridLoop(s *kernel.Stmt) {
 	i, hi, n := f.gridStart(s)
+	if f.ahead && f.stageBase != "" {
+		f.aheadI, f.aheadN, f.aheadHi = i, n, hi
+		if !f.aheadReady {
+			f.aheadPrologue(s, i, hi)
+		}
+		f.aheadReady = false
+		if f.dependent && !f.waited {
+			f.depWait() // the first iteration's copies are on their way
+		}
+	}
 	f.inGrid = true
 	f.loopFrom(s, i, hi, n)
 	f.inGrid = false

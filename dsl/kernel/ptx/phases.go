@@ -97,6 +97,7 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	for i, p := range ps {
 		f.k, f.grid, f.width, f.lane, f.mask = p.k, p.grid, p.width, "", ""
 		f.staging = canStage(t, p.k.Body, p.grid, p.width, cta)
+		f.ahead = f.staging && t.StageAhead && aheadable(p.grid)
 		names = append(names, fmt.Sprintf("%s (%d)", p.k.Name, p.width))
 		if i > 0 {
 			f.out.WriteString(fmt.Sprintf("\t// phase %d: %s\n", i, p.k.Name))
@@ -140,7 +141,15 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 				f.ins("bar.sync 0")
 			}
 			f.prefetch, f.early = true, true
-			f.prologue(p.grid)
+			if f.ahead {
+				// the first iteration's copies before the barrier; the loop
+				// then copies one ahead
+				i, hi, _ := f.gridStart(p.grid)
+				f.aheadPrologue(p.grid, i, hi)
+				f.aheadReady = f.stageBase != ""
+			} else {
+				f.prologue(p.grid)
+			}
 			f.prefetch, f.early = false, false
 		}
 		f.gridBarrier(bar, i)

@@ -65,6 +65,9 @@ func canStage(t Target, body []*kernel.Stmt, grid *kernel.Stmt, width, cta int) 
 		return false
 	}
 	r := stageRegion(grid.Body)
+	if t.StageAhead && aheadable(grid) {
+		r *= 2 // a slot for the iteration computed, one for the next
+	}
 	return r > 0 && r*stageSlots(width, cta) <= StageLimit
 }
 
@@ -82,6 +85,11 @@ func (f *fn) stageStart(s *kernel.Stmt, tid string) {
 		f.ins("setp.eq.u32 %s, 0, 0", f.firstIter)
 	}
 	slots := stageSlots(f.width, f.stageCTA)
+	if f.ahead {
+		f.stagePar = f.reg(c64)
+		f.ins("mov.u64 %s, 0", f.stagePar) // the first iteration reads the region's first half
+		r *= 2
+	}
 	f.stageBytes = max(f.stageBytes, r*slots)
 	f.stageBase = f.reg(c64)
 	f.ins("mov.u64 %s, %s", f.stageBase, f.stageName())
@@ -115,6 +123,10 @@ func (f *fn) stageSync() {
 func (f *fn) stageIssue(s *kernel.Stmt) {
 	if !f.staging || f.stageBase == "" {
 		f.out.WriteString("\t// stage: read where it lies (no wait to hide, or no room)\n")
+		return
+	}
+	if f.ahead {
+		f.aheadStage(s)
 		return
 	}
 	b := f.buf(s.Buf)
@@ -194,7 +206,11 @@ func (f *fn) stageBind(saved map[*kernel.Buf]*bufReg) map[*kernel.Buf]*bufReg {
 	if len(f.pending) == 0 {
 		return saved
 	}
-	f.ins("cp.async.wait_all")
+	if f.ahead {
+		f.ins("cp.async.wait_group 1") // this iteration's copies; the next one's stay in flight
+	} else {
+		f.ins("cp.async.wait_all")
+	}
 	f.stageSync()
 	if saved == nil {
 		saved = map[*kernel.Buf]*bufReg{}
@@ -214,6 +230,9 @@ func (f *fn) stageBind(saved map[*kernel.Buf]*bufReg) map[*kernel.Buf]*bufReg {
 		f.bufs[ps.buf] = &nb
 	}
 	f.pending = f.pending[:0]
+	if f.ahead {
+		f.ins("xor.b64 %s, %s, %d", f.stagePar, f.stagePar, stageRegion(f.grid.Body)) // the next iteration reads the other half
+	}
 	return saved
 }
 
@@ -229,3 +248,174 @@ func (b *bufReg) ld() string {
 // early reports whether s is issued before a kernel's wait: a prefetch or
 // a stage.
 func early(s *kernel.Stmt) bool { return s.Op == kernel.SPrefetch || s.Op == kernel.SStage }
+
+// Copying ahead (Target.StageAhead): a group's region holds two copies of
+// its stages, one for the iteration it computes and one for the next. The
+// loop's prologue copies the first iteration's ranges (before the wait or
+// the phase's barrier); each iteration then copies the next one's into the
+// other half, commits (an empty group past the last iteration, so one
+// group a trip is always the newest), waits for all but that newest group
+// and reads its own half. A stage's range must then be a function of the
+// grid variable alone: every stage sits in the loop body's leading run of
+// lets, views, accumulators, prefetches and stages (aheadable), which the
+// copies ahead render again with the variable bound to the next iteration.
+
+// aheadable reports whether grid loop s's stages can be copied ahead: all
+// of them in its body's leading run.
+func aheadable(s *kernel.Stmt) bool {
+	lead := leadingRun(s.Body)
+	inLead := 0
+	for _, st := range s.Body[:lead] {
+		if st.Op == kernel.SStage {
+			inLead++
+		}
+	}
+	all := 0
+	kernel.Any(s.Body, func(st *kernel.Stmt) bool {
+		if st.Op == kernel.SStage {
+			all++
+		}
+		return false
+	})
+	return inLead > 0 && inLead == all
+}
+
+// leadingRun is the length of body's leading statements up to its last
+// early one (a prefetch or stage) among lets, views and accumulators.
+func leadingRun(body []*kernel.Stmt) int {
+	end := 0
+	for j, st := range body {
+		if early(st) {
+			end = j + 1
+		} else if st.Op != kernel.SLet && st.Op != kernel.SView && st.Op != kernel.SAcc {
+			break
+		}
+	}
+	return end
+}
+
+// aheadCopies renders grid loop s's leading run for iteration i (bound to
+// s's variable, every other binding restored after), its stages copied
+// into the region's half at byte offset half.
+func (f *fn) aheadCopies(s *kernel.Stmt, i, half string) {
+	vars := make(map[*kernel.Var]string, len(f.vars))
+	for v, r := range f.vars {
+		vars[v] = r
+	}
+	f.vars[s.Var] = i
+	at := f.stageAt
+	f.stageAt = 0
+	for _, st := range s.Body[:leadingRun(s.Body)] {
+		switch st.Op {
+		case kernel.SStage:
+			f.aheadCopy(st, half)
+		case kernel.SPrefetch:
+			// the loop body renders its own
+		default:
+			f.stmt(st)
+		}
+	}
+	f.stageAt = at
+	f.vars = vars
+}
+
+// aheadPrologue copies the first iteration i of grid loop s (if any; hi is
+// the loop's bound) into the first half and commits them.
+func (f *fn) aheadPrologue(s *kernel.Stmt, i, hi string) {
+	if f.stageBase == "" {
+		return
+	}
+	skip := f.label()
+	p := f.reg(cPred)
+	f.ins("setp.ge.s64 %s, %s, %s", p, i, hi)
+	f.ins("@%s bra %s", p, skip)
+	f.aheadCopies(s, i, f.stagePar)
+	f.place(skip)
+	f.ins("cp.async.commit_group")
+}
+
+// aheadNext copies the next iteration's ranges into the other half (where
+// there is a next iteration) and commits: after the group has done reading
+// that half in the iteration before.
+func (f *fn) aheadNext() {
+	s := f.grid
+	next, other := f.reg(c64), f.reg(c64)
+	f.ins("add.s64 %s, %s, %s", next, f.aheadI, f.aheadN)
+	f.ins("xor.b64 %s, %s, %d", other, f.stagePar, stageRegion(s.Body))
+	skip := f.label()
+	p := f.reg(cPred)
+	f.ins("setp.ge.s64 %s, %s, %s", p, next, f.aheadHi)
+	f.ins("@%s bra %s", p, skip)
+	f.stageSync()
+	f.aheadCopies(s, next, other)
+	f.place(skip)
+	f.ins("cp.async.commit_group")
+}
+
+// aheadRange is stage s's range for the iteration bound now: its slot in
+// the half at byte offset half, its element offset's bytes, its length's,
+// its global address and whether it is copied (it fits the slot, both
+// ends 16-byte aligned).
+func (f *fn) aheadRange(s *kernel.Stmt, b *bufReg, half string) (slot, off, n, src, ok string) {
+	eb := s.Buf.Elem.Bytes()
+	slot = f.reg(c64)
+	f.ins("add.s64 %s, %s, %s", slot, f.stageBase, half)
+	f.ins("add.s64 %s, %s, %d", slot, slot, f.stageAt)
+	f.stageAt += slotBytes(s)
+	off, n = f.reg(c64), f.reg(c64)
+	f.ins("mul.lo.s64 %s, %s, %d", off, f.expr(s.Index), eb)
+	f.ins("mul.lo.s64 %s, %s, %d", n, f.expr(s.Hi), eb)
+	src = f.reg(c64)
+	f.ins("add.s64 %s, %s, %s", src, b.addr, off)
+	ok = f.reg(cPred)
+	p, odd := f.reg(cPred), f.reg(c64)
+	f.ins("or.b64 %s, %s, %s", odd, src, n)
+	f.ins("and.b64 %s, %s, 15", odd, odd)
+	f.ins("setp.eq.s64 %s, %s, 0", ok, odd)
+	f.ins("setp.le.s64 %s, %s, %d", p, n, slotBytes(s))
+	f.ins("and.pred %s, %s, %s", ok, ok, p)
+	return slot, off, n, src, ok
+}
+
+// aheadCopy issues stage s's copies into the half at byte offset half
+// (nothing where its range is not copied).
+func (f *fn) aheadCopy(s *kernel.Stmt, half string) {
+	b := f.buf(s.Buf)
+	if b == nil {
+		return
+	}
+	slot, _, n, src, ok := f.aheadRange(s, b, half)
+	skip := f.label()
+	f.ins("@!%s bra %s", ok, skip)
+	j, step := f.reg(c64), 16*max(f.width, 1)
+	if f.lane != "" {
+		f.ins("shl.b64 %s, %s, 4", j, f.lane)
+	} else {
+		f.ins("mov.u64 %s, 0", j)
+	}
+	head, done := f.label(), f.label()
+	q := f.reg(cPred)
+	f.place(head)
+	f.ins("setp.ge.s64 %s, %s, %s", q, j, n)
+	f.ins("@%s bra %s", q, done)
+	d, g := f.reg(c64), f.reg(c64)
+	f.ins("add.s64 %s, %s, %s", d, slot, j)
+	f.ins("add.s64 %s, %s, %s", g, src, j)
+	f.ins("cp.async.cg.shared.global [%s], [%s], 16", d, g)
+	f.ins("add.s64 %s, %s, %d", j, j, step)
+	f.ins("bra %s", head)
+	f.place(done)
+	f.place(skip)
+}
+
+// aheadStage renders stage s in the loop body: the current iteration's
+// range in its half, to be read once the copies an iteration before (or
+// the prologue) issued have landed (stageBind).
+func (f *fn) aheadStage(s *kernel.Stmt) {
+	b := f.buf(s.Buf)
+	if b == nil {
+		return
+	}
+	slot, off, _, _, ok := f.aheadRange(s, b, f.stagePar)
+	f.pending = append(f.pending, pendingStage{buf: s.Buf, b: b, slot: slot, off: off, copied: ok})
+}

@@ -100,3 +100,71 @@ func TestStageRenders(t *testing.T) {
 		t.Errorf("phase 1 at %d: its copies at %d, its barrier at %d:\n%s", phase, second, barrier, src)
 	}
 }
+
+// StageAhead: the loop's prologue copies the first iteration's range
+// before the wait, each iteration copies the next one's into the other
+// half of its region (twice the shared memory) and waits for all but that
+// newest group before reading its own; a phase after the first copies its
+// first iteration before its barrier. A stage outside the body's leading
+// run is copied as without StageAhead.
+func TestStageAheadRenders(t *testing.T) {
+	all := func(*k.Kernel) bool { return true }
+	src, err := ptx.Render(stKernel(256), ptx.Target{SM: 90, Dependent: all, StageAhead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := strings.Index(src, "cp.async.cg.shared.global")
+	commit := strings.Index(src, "cp.async.commit_group")
+	wait := strings.Index(src, "griddepcontrol.wait")
+	next := strings.Index(src[wait+1:], "cp.async.cg.shared.global") + wait + 1
+	commit2 := strings.Index(src[next:], "cp.async.commit_group") + next
+	landed := strings.Index(src, "cp.async.wait_group 1")
+	load := strings.Index(src, "ld.u32")
+	if first < 0 || commit < first || wait < commit || next < wait || commit2 < next || landed < commit2 || load < landed {
+		t.Errorf("first copies %d, commit %d, wait %d, next copies %d, commit %d, wait_group %d, first generic load %d:\n%s",
+			first, commit, wait, next, commit2, landed, load, src)
+	}
+	for _, want := range []string{".b8 stages_p0_st[2048]", "xor.b64", ".maxntid 128, 1, 1"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("no %q in:\n%s", want, src)
+		}
+	}
+	if strings.Contains(src, "cp.async.wait_all") || strings.Contains(src, "ld.global.u32") {
+		t.Errorf("copied ahead, yet waits for every copy or reads w where it lies:\n%s", src)
+	}
+	pk, err := k.Phases("two", stKernel(256), stKernel(512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, err := ptx.Render(pk, ptx.Target{SM: 80, StageAhead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase := strings.Index(ph, "// phase 1")
+	barrier := strings.Index(ph[phase:], "atom.acq_rel.gpu.global.add.u32") + phase
+	copies := strings.Index(ph[phase:], "cp.async.cg.shared.global") + phase
+	if phase < 0 || copies < phase || barrier < copies || !strings.Contains(ph, ".b8 stages_p0_two[4096]") || strings.Count(ph, "cp.async.wait_group 1") != 2 {
+		t.Errorf("phase 1 at %d: its first copies at %d, its barrier at %d:\n%s", phase, copies, barrier, ph)
+	}
+	// a stage after a store is not in the leading run: copied as before
+	// (a phase after the first, which has no prologue then)
+	b := k.New("late")
+	w, y := b.Buffer("w", k.U8), b.Buffer("y", k.U32)
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) {
+		b.Store(y, i, k.Const(k.U32, 0))
+		b.Stage(w, i.Mul(64), 64, 64)
+		row := b.View("row", w, i.Mul(64), 64)
+		b.Store(y, i, row.Aligned(k.U32, k.I(0)))
+	})
+	lk, err := k.Phases("late2", stKernel(256), b.MustBuild())
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := ptx.Render(lk, ptx.Target{SM: 80, StageAhead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(late, "cp.async.wait_group 1") != 1 || strings.Count(late, "cp.async.wait_all") != 1 {
+		t.Errorf("a stage past the leading run copied ahead (or the first phase's not):\n%s", late)
+	}
+}
