@@ -1,6 +1,10 @@
 package ptx
 
-import "github.com/jitllm/jitllm/dsl/kernel"
+import (
+	"maps"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
 
 // Stages (kernel.Stage) on sm_80 and later, where there is a wait to hide:
 // a dependent kernel's wait for the one before (Target.Dependent) or a
@@ -261,13 +265,20 @@ func early(s *kernel.Stmt) bool { return s.Op == kernel.SPrefetch || s.Op == ker
 // copies ahead render again with the variable bound to the next iteration.
 
 // aheadable reports whether grid loop s's stages can be copied ahead: all
-// of them in its body's leading run.
+// of them in its body's leading run, in one run of early statements (whose
+// end issues the next iteration's copies once).
 func aheadable(s *kernel.Stmt) bool {
 	lead := leadingRun(s.Body)
-	inLead := 0
-	for _, st := range s.Body[:lead] {
+	inLead, first := 0, -1
+	for j, st := range s.Body[:lead] {
 		if st.Op == kernel.SStage {
 			inLead++
+		}
+		if early(st) && first < 0 {
+			first = j
+		}
+		if first >= 0 && !early(st) {
+			return false // a let between two runs of early statements
 		}
 	}
 	all := 0
@@ -298,10 +309,7 @@ func leadingRun(body []*kernel.Stmt) int {
 // s's variable, every other binding restored after), its stages copied
 // into the region's half at byte offset half.
 func (f *fn) aheadCopies(s *kernel.Stmt, i, half string) {
-	vars := make(map[*kernel.Var]string, len(f.vars))
-	for v, r := range f.vars {
-		vars[v] = r
-	}
+	vars, bufs := maps.Clone(f.vars), maps.Clone(f.bufs) // its lets and views are the next iteration's
 	f.vars[s.Var] = i
 	at := f.stageAt
 	f.stageAt = 0
@@ -316,7 +324,7 @@ func (f *fn) aheadCopies(s *kernel.Stmt, i, half string) {
 		}
 	}
 	f.stageAt = at
-	f.vars = vars
+	f.vars, f.bufs = vars, bufs
 }
 
 // aheadPrologue copies the first iteration i of grid loop s (if any; hi is

@@ -146,6 +146,23 @@ func TestStageAheadRenders(t *testing.T) {
 	if phase < 0 || copies < phase || barrier < copies || !strings.Contains(ph, ".b8 stages_p0_two[4096]") || strings.Count(ph, "cp.async.wait_group 1") != 2 {
 		t.Errorf("phase 1 at %d: its first copies at %d, its barrier at %d:\n%s", phase, copies, barrier, ph)
 	}
+	// two runs of stages a let apart: copied as before (the next
+	// iteration's copies are issued once, at the end of one run)
+	sb := k.New("split")
+	sw, su, sy := sb.Buffer("w", k.U8), sb.Buffer("u", k.U8), sb.Buffer("y", k.U32)
+	sb.ParallelFor("i", 0, sy.Len(), func(i k.Expr) {
+		sb.Stage(sw, i.Mul(64), 64, 64)
+		at := sb.Let("at", i.Mul(64))
+		sb.Stage(su, at, 64, 64)
+		sb.Store(sy, i, sb.View("a", sw, at, 64).Aligned(k.U32, k.I(0)).Add(sb.View("b", su, at, 64).Aligned(k.U32, k.I(0))))
+	})
+	split, err := ptx.Render(sb.MustBuild(), ptx.Target{SM: 90, Dependent: all, StageAhead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(split, "cp.async.wait_group") || !strings.Contains(split, "cp.async.wait_all") {
+		t.Errorf("stages a let apart copied ahead:\n%s", split)
+	}
 	// a stage after a store is not in the leading run: copied as before
 	// (a phase after the first, which has no prologue then)
 	b := k.New("late")
