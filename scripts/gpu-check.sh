@@ -81,9 +81,9 @@ run)
 				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error|reads' || true
 				echo "-- JITLLM_Q6KA=0 (Q6_K matrices in their stored layout)"
 				JITLLM_Q6KA=0 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128|error|reads' || true
-				echo "-- staged mat-vecs (JITLLM_STAGE): all that fit, those of at most 6144 rows, copying ahead in resident grids (all, at most 6144 rows), then plain again (docs/gpu.md)"
+				echo "-- staged mat-vecs (JITLLM_STAGE): all that fit, those of at most 6144 rows, copying ahead in resident grids (all, at most 6144 rows), the RopeKV stacks of two types in one launch, then plain again (docs/gpu.md)"
 				for v in "JITLLM_STAGE=65536" "JITLLM_STAGE=65536 JITLLM_STAGE_ROWS=6144" "JITLLM_STAGE=65536 JITLLM_STAGE_AHEAD=1 JITLLM_STAGE_GRID=1" \
-					"JITLLM_STAGE=65536 JITLLM_STAGE_ROWS=6144 JITLLM_STAGE_AHEAD=1 JITLLM_STAGE_GRID=1" "X=plain"; do
+					"JITLLM_STAGE=65536 JITLLM_STAGE_ROWS=6144 JITLLM_STAGE_AHEAD=1 JITLLM_STAGE_GRID=1" "JITLLM_ROPE_STACK=1" "X=plain"; do
 					echo "   $v"
 					env $v "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				done

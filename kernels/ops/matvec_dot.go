@@ -422,46 +422,7 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 				b.Prefetch(w, g.Mul(rows).Mul(rowBytes), rowBytes.Mul(rows))
 			}
 		}
-		sums := make([][][]*k.Var, acts) // by activation row, row of the group, then matrix
-		for a := range sums {
-			sums[a] = make([][]*k.Var, rows)
-			for q := range sums[a] {
-				for m := range ws {
-					name := fmt.Sprintf("sum%d_%d", q, m)
-					if a > 0 {
-						name = fmt.Sprintf("sum%d_%d_%d", a, q, m)
-					}
-					sums[a][q] = append(sums[a][q], b.Acc(name, k.OpAdd, k.F(0)))
-				}
-			}
-		}
-		b.For("u", 0, nb.Mul(c.units), func(u k.Expr) {
-			i := b.Let("i", u.Div(c.units))
-			s := b.Let("s", u.Rem(c.units))
-			for a := range sums {
-				ia := i // the unit's block in activation row a
-				if a > 0 {
-					ia = b.Let("ia", nb.Mul(a).Add(i))
-				}
-				xb := b.View("xb", xq, ia.Mul(c.qk), c.qk)
-				xs := xd.At(ia)
-				if c.scales > 1 && c.scaled == nil {
-					xs = xd.At(ia.Mul(c.scales).Add(s.Div(c.units / c.scales)))
-				}
-				for q := range sums[a] {
-					r := g.Mul(rows).Add(q)
-					for m, w := range ws {
-						wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
-						if c.scaled != nil {
-							per := c.scales / c.units
-							b.Fold(sums[a][q][m], c.scaled(b, wb, xb, s, func(j int) k.Expr { return xd.At(ia.Mul(c.scales).Add(s.Mul(per)).Add(j)) }))
-							continue
-						}
-						b.Fold(sums[a][q][m], xs.Mul(c.unit(b, wb, xb, s)))
-					}
-				}
-			}
-		})
+		sums := groupSums(b, "u", c, ws, xq, xd, nb, rowBytes, g.Mul(rows), rows, acts)
 		if st == ropeKVForm {
 			for q := 0; q < rows; q += 2 {
 				rk.pair(b, y, g.Mul(rows).Add(q), sums[0][q][0].Get(), sums[0][q+1][0].Get())
@@ -483,12 +444,61 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	return b.MustBuild()
 }
 
+// groupSums folds a group's rows weight rows from row first on (of every
+// matrix in ws, rowBytes each) against acts activation rows of nb blocks
+// (xq, xd) in the grid loop's body, over a unit loop named loop: the
+// accumulators by activation row, row of the group, then matrix.
+func groupSums(b *k.Builder, loop string, c dotCut, ws []*k.Buf, xq, xd *k.Buf, nb, rowBytes, first k.Expr, rows, acts int) [][][]*k.Var {
+	sums := make([][][]*k.Var, acts) // by activation row, row of the group, then matrix
+	for a := range sums {
+		sums[a] = make([][]*k.Var, rows)
+		for q := range sums[a] {
+			for m := range ws {
+				name := fmt.Sprintf("sum%d_%d", q, m)
+				if a > 0 {
+					name = fmt.Sprintf("sum%d_%d_%d", a, q, m)
+				}
+				sums[a][q] = append(sums[a][q], b.Acc(name, k.OpAdd, k.F(0)))
+			}
+		}
+	}
+	b.For(loop, 0, nb.Mul(c.units), func(u k.Expr) {
+		i := b.Let("i", u.Div(c.units))
+		s := b.Let("s", u.Rem(c.units))
+		for a := range sums {
+			ia := i // the unit's block in activation row a
+			if a > 0 {
+				ia = b.Let("ia", nb.Mul(a).Add(i))
+			}
+			xb := b.View("xb", xq, ia.Mul(c.qk), c.qk)
+			xs := xd.At(ia)
+			if c.scales > 1 && c.scaled == nil {
+				xs = xd.At(ia.Mul(c.scales).Add(s.Div(c.units / c.scales)))
+			}
+			for q := range sums[a] {
+				r := first.Add(q)
+				for m, w := range ws {
+					wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
+					if c.scaled != nil {
+						per := c.scales / c.units
+						b.Fold(sums[a][q][m], c.scaled(b, wb, xb, s, func(j int) k.Expr { return xd.At(ia.Mul(c.scales).Add(s.Mul(per)).Add(j)) }))
+						continue
+					}
+					b.Fold(sums[a][q][m], xs.Mul(c.unit(b, wb, xb, s)))
+				}
+			}
+		}
+	})
+	return sums
+}
+
 // ropeKVArgs are the RopeKV form's operands after y: the caches, the step,
 // the RoPE's frequency divisors, q's and k's rows (v's are the rest), the
 // head's width and its rotated values, the θ scale and frequency scale.
 type ropeKVArgs struct {
 	kc, vc, step, freqs      *k.Buf
 	nq, nk, hd, dims, ts, fs k.Expr
+	rows                     k.Expr // the stack's rows: len(y), or q's, k's and v's where y holds only q's and k's
 }
 
 func ropeKVParams(b *k.Builder) ropeKVArgs {
@@ -497,7 +507,7 @@ func ropeKVParams(b *k.Builder) ropeKVArgs {
 	nq, nk := b.Scalar("nq", k.Int), b.Scalar("nk", k.Int)
 	hd, dims := b.Scalar("headDim", k.Int), b.Scalar("dims", k.Int)
 	ts, fs := b.Scalar("thetaScale", k.F32), b.Scalar("freqScale", k.F32)
-	return ropeKVArgs{kc, vc, step, freqs, nq, nk, hd, dims, ts, fs}
+	return ropeKVArgs{kc, vc, step, freqs, nq, nk, hd, dims, ts, fs, nil}
 }
 
 // pair stores rows r and r+1 (r even) of a q, k, v stack, their sums x0
@@ -533,7 +543,11 @@ func (a ropeKVArgs) pair(b *k.Builder, y *k.Buf, r, x0, x1 k.Expr) {
 		b.Store(a.kc, at.Add(1), y1.F32ToF16())
 	})
 	b.For("sv", 0, once(isV), func(k.Expr) {
-		at := b.Let("at", row.Mul(y.Len().Sub(nqk)).Add(r).Sub(nqk))
+		n := a.rows
+		if n == nil {
+			n = y.Len()
+		}
+		at := b.Let("at", row.Mul(n.Sub(nqk)).Add(r).Sub(nqk))
 		b.Store(a.vc, at, x0.F32ToF16())
 		b.Store(a.vc, at.Add(1), x1.F32ToF16())
 	})

@@ -118,6 +118,11 @@ type plan struct {
 	verify  []verifyStep // steps returning every row's logits, by rows (none: no verify steps)
 	setup   []launch     // run once after the uploads (the resident f16 weights' decode)
 	dst     *[]launch
+
+	// ropeShapes are the RopeKV mat-vecs' layouts and shapes, by kernel
+	// (ropestack.go)
+	ropeShapes map[*kernel.Kernel]ropeShape
+
 	step    int  // the I32 allocation [last real row, position, tokens…]
 	logits  view // the last node's output, one-row step
 	plogits view // the logits of the last real row, prefill step
@@ -809,6 +814,10 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					}
 					l := deviceLayout(w.Type, cols)
 					rk := cached(fmt.Sprintf("MatVecDotRopeKV%s%s", l, sh), func() *kernel.Kernel { return ops.DotMatVec("RopeKV", l, sh) })
+					if p.ropeShapes == nil {
+						p.ropeShapes = map[*kernel.Kernel]ropeShape{}
+					}
+					p.ropeShapes[rk] = ropeShape{l, sh}
 					p.call(i, rk, append(append([]any{wv}, dotIn...), y, whole(kc, p), whole(vc, p), stepAll(p), whole(fa, p),
 						nq, nk, r.HeadDim, r.Dims, ts, r.FreqScale)...)
 					break
@@ -1127,6 +1136,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			ls.launches = append(ls.launches, l)
 		}
 		p.longs = append(p.longs, ls)
+	}
+	if ropeStacks() {
+		p.stackRopeKV()
 	}
 	if rows > 1 {
 		if p.plogits, err = lower(rows, &p.prefill, false); err != nil {

@@ -1,0 +1,54 @@
+package gpuexec
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/runtime/exec"
+)
+
+// JITLLM_ROPE_STACK=1: a Q4_K_M model's blocks whose v projection is of
+// another type than q and k take one RopeKV launch where they took two,
+// the long steps too, and the plan still agrees with the CPU runner (the
+// v rows' sums in the q and k rows' group width: not the two launches'
+// bits); the split kernel renders for a dependent sm_90 target.
+func TestRopeStackPlan(t *testing.T) {
+	defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
+	decodeBlockHeads, decodeSplits = 1, []splitTier{{from: 12, chunks: 16}} // a long step from position 12
+	name := "synthetic/tiny256-Q4_K_M.gguf"
+	m := loadModel(t, name)
+	plain, err := newPlanTiles(m, 64, 4, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JITLLM_ROPE_STACK", "1")
+	p, err := newPlanTiles(m, 64, 4, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := func(ls []launch) (n int) {
+		for _, l := range ls {
+			if strings.HasPrefix(l.k.Name, "MatVecDotRopeKV") && l.k.Params[1].Buf != nil && l.k.Params[1].Buf.Name == "wb" {
+				n++
+			}
+		}
+		return n
+	}
+	s := split(p.launches)
+	if s == 0 || len(p.launches) != len(plain.launches)-s {
+		t.Fatalf("%d split launches, %d launches where the plan has %d", s, len(p.launches), len(plain.launches))
+	}
+	if len(p.longs) == 0 || split(p.longs[0].launches) != s {
+		t.Errorf("the long step's RopeKV launches not split alike")
+	}
+	if _, _, _, _, err := render(p, ptx.Target{SM: 90}, true); err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	agree(t, cpu, newHostExec(p), 16, tolerance(name))
+}
