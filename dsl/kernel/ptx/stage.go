@@ -168,6 +168,28 @@ func (f *fn) stageIssue(s *kernel.Stmt) {
 		f.ins("@!%s bra %s", ok, skip)
 	}
 	f.stageSync() // the group's reads of its slot's last bytes are done
+	f.copyRange(slot, src, n)
+	f.ins("cp.async.commit_group")
+	f.place(skip)
+	switch {
+	case f.early:
+		r := f.reg(cPred)
+		f.ins("mov.pred %s, %s", r, ok)
+		f.preStaged[s] = r
+		return
+	case issued:
+		f.ins("setp.ne.u32 %s, 0, 0", pre) // later iterations copy their own
+	}
+	if f.firstIter != "" && f.stageAt == stageRegion(f.grid.Body) {
+		f.ins("setp.ne.u32 %s, 0, 0", f.firstIter) // the iteration's last stage: later ones read where the data lies
+	}
+	f.pending = append(f.pending, pendingStage{buf: s.Buf, b: b, slot: slot, off: off, copied: ok})
+}
+
+// copyRange issues the cp.async copies of n bytes from global address src
+// to shared address slot: 16 bytes a lane a trip, the group's lanes side
+// by side.
+func (f *fn) copyRange(slot, src, n string) {
 	j, step := f.reg(c64), 16*max(f.width, 1)
 	if f.lane != "" {
 		f.ins("shl.b64 %s, %s, 4", j, f.lane)
@@ -186,21 +208,6 @@ func (f *fn) stageIssue(s *kernel.Stmt) {
 	f.ins("add.s64 %s, %s, %d", j, j, step)
 	f.ins("bra %s", head)
 	f.place(done)
-	f.ins("cp.async.commit_group")
-	f.place(skip)
-	switch {
-	case f.early:
-		r := f.reg(cPred)
-		f.ins("mov.pred %s, %s", r, ok)
-		f.preStaged[s] = r
-		return
-	case issued:
-		f.ins("setp.ne.u32 %s, 0, 0", pre) // later iterations copy their own
-	}
-	if f.firstIter != "" && f.stageAt == stageRegion(f.grid.Body) {
-		f.ins("setp.ne.u32 %s, 0, 0", f.firstIter) // the iteration's last stage: later ones read where the data lies
-	}
-	f.pending = append(f.pending, pendingStage{buf: s.Buf, b: b, slot: slot, off: off, copied: ok})
 }
 
 // stageBind waits for the pending stages' copies, meets the group and
@@ -395,24 +402,7 @@ func (f *fn) aheadCopy(s *kernel.Stmt, half string) {
 	slot, _, n, src, ok := f.aheadRange(s, b, half)
 	skip := f.label()
 	f.ins("@!%s bra %s", ok, skip)
-	j, step := f.reg(c64), 16*max(f.width, 1)
-	if f.lane != "" {
-		f.ins("shl.b64 %s, %s, 4", j, f.lane)
-	} else {
-		f.ins("mov.u64 %s, 0", j)
-	}
-	head, done := f.label(), f.label()
-	q := f.reg(cPred)
-	f.place(head)
-	f.ins("setp.ge.s64 %s, %s, %s", q, j, n)
-	f.ins("@%s bra %s", q, done)
-	d, g := f.reg(c64), f.reg(c64)
-	f.ins("add.s64 %s, %s, %s", d, slot, j)
-	f.ins("add.s64 %s, %s, %s", g, src, j)
-	f.ins("cp.async.cg.shared.global [%s], [%s], 16", d, g)
-	f.ins("add.s64 %s, %s, %d", j, j, step)
-	f.ins("bra %s", head)
-	f.place(done)
+	f.copyRange(slot, src, n)
 	f.place(skip)
 }
 
