@@ -207,7 +207,9 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
 	f.stageCTA = max(stageCTA, f.width)
-	if f.staging = f.dependent && canStage(t, lk.Body, grid, f.width, f.stageCTA); f.staging {
+	// stages where a wait hides their copies, or where they copy ahead
+	// (each iteration's copies hidden by the one before)
+	if f.staging = canStage(t, lk.Body, grid, f.width, f.stageCTA) && (f.dependent || (t.StageAhead && aheadable(grid))); f.staging {
 		f.ahead = t.StageAhead && aheadable(grid)
 		// the slots are the CTA's groups: a larger CTA would overrun them
 		f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", f.stageCTA)

@@ -132,6 +132,14 @@ func TestStageAheadRenders(t *testing.T) {
 	if strings.Contains(src, "cp.async.wait_all") || strings.Contains(src, "ld.global.u32") {
 		t.Errorf("copied ahead, yet waits for every copy or reads w where it lies:\n%s", src)
 	}
+	// without a wait the copies ahead still overlap each iteration
+	nowait, err := ptx.Render(stKernel(256), ptx.Target{SM: 80, StageAhead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(nowait, "griddepcontrol") || !strings.Contains(nowait, "cp.async.wait_group 1") {
+		t.Errorf("sm_80, no dependent launch: not copied ahead:\n%s", nowait)
+	}
 	pk, err := k.Phases("two", stKernel(256), stKernel(512))
 	if err != nil {
 		t.Fatal(err)
