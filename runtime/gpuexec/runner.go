@@ -57,7 +57,7 @@ type Runner struct {
 type call struct {
 	fn          *cuda.Function
 	grid, block cuda.Dim3
-	shared      uint32 // dynamic shared memory bytes (ptx.Launch.Shared)
+	shared      uint32 // dynamic shared memory bytes (ptx.Launch.Shared and Stages)
 	args        *cuda.Args
 	dependent   bool // launched for programmatic dependent launch (dependentLaunch)
 	resident    bool // every CTA resident at once (a phased kernel: cuda.Function.LaunchResident)
@@ -246,7 +246,7 @@ func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
 		if err != nil {
 			return sh, fmt.Errorf("%s: %w", k.Name, err)
 		}
-		if err := allowShared(sh.fns[k], lp.Shared); err != nil {
+		if err := allowShared(sh.fns[k], lp.Shared+lp.Stages); err != nil {
 			return sh, err
 		}
 		if carve >= 0 {
@@ -510,7 +510,7 @@ func launchShape(k *kernel.Kernel, tg ptx.Target, sizes ...any) (grid, block cud
 	// n is a multiple of the group, and so is the block: a group of up
 	// to 32 never straddles a warp, and a wider one is the whole CTA
 	b := lp.CTA(max(n, 1), threadsPerBlock)
-	return cuda.Dim3{X: uint32((max(n, 1) + b - 1) / b), Y: 1, Z: 1}, cuda.Dim3{X: uint32(b), Y: 1, Z: 1}, uint32(lp.Shared), nil
+	return cuda.Dim3{X: uint32((max(n, 1) + b - 1) / b), Y: 1, Z: 1}, cuda.Dim3{X: uint32(b), Y: 1, Z: 1}, uint32(lp.Shared + lp.Stages), nil
 }
 
 // launch enqueues c on s.

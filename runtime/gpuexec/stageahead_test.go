@@ -122,11 +122,21 @@ func TestGPUStageAhead(t *testing.T) {
 		for j, v := range vals {
 			a.Set(j, v)
 		}
+		lp, err := ptx.Plan(mv, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lp.Stages == 0 {
+			t.Fatalf("%s: no shared memory planned for its stages", mv.Name)
+		}
+		if err := allowShared(fn, lp.Stages); err != nil {
+			t.Fatal(err)
+		}
 		for _, grid := range []uint32{1, 2, 5} {
 			if err := yd.Zero(); err != nil {
 				t.Fatal(err)
 			}
-			if err := fn.Launch(cuda.Dim3{X: grid, Y: 1, Z: 1}, cuda.Dim3{X: threadsPerBlock, Y: 1, Z: 1}, 0, s, a); err != nil {
+			if err := fn.Launch(cuda.Dim3{X: grid, Y: 1, Z: 1}, cuda.Dim3{X: threadsPerBlock, Y: 1, Z: 1}, uint32(lp.Stages), s, a); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Synchronize(); err != nil {
@@ -218,6 +228,9 @@ func timeStageAhead(t *testing.T, c *cuda.Context, s *cuda.Stream, tg ptx.Target
 			}
 			grid, blk, shared, err := launchShape(v.k, tg, append(sizes, ptx.Elems(mc.cols), ptx.Elems(mc.cols/256), ptx.Elems(mc.out))...)
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := allowShared(fn, int(shared)); err != nil {
 				t.Fatal(err)
 			}
 			if v.resident {

@@ -52,6 +52,10 @@ func staged(k *kernel.Kernel) bool {
 	return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
 }
 
+// launchStageRoom is the most shared memory a plain launch's CTA stages
+// in: 48 KiB keeps four of them on a multiprocessor.
+const launchStageRoom = 48 << 10
+
 func stageBytes() int {
 	n, err := strconv.Atoi(os.Getenv("JITLLM_STAGE"))
 	if err != nil || n < 0 {
@@ -71,7 +75,8 @@ func stageRows() int {
 // stageShape is sh staging mat-vec d's rows where the knobs ask for it and
 // they fit: a group's rows a matrix at most JITLLM_STAGE bytes, whole
 // 16-byte copies, the CTA's groups (threadsPerBlock threads, or one wider
-// group) within the renderer's ptx.StageLimit. A staged shape does not also prefetch.
+// group) within launchStageRoom (a phased step's: the renderer's
+// ptx.StageLimit). A staged shape does not also prefetch.
 func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	limit := stageBytes()
 	if limit == 0 || d.rows > stageRows() {
@@ -90,7 +95,11 @@ func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	if stageAhead() {
 		slots *= 2 // a copy ahead beside each
 	}
-	if per > limit || per%16 != 0 || slots*mats*per > ptx.StageLimit {
+	room := launchStageRoom
+	if _, on := phaseLimit(); on {
+		room = ptx.StageLimit // a phased step's resident CTAs (the renderer checks its wider CTA)
+	}
+	if per > limit || per%16 != 0 || slots*mats*per > room {
 		return sh
 	}
 	sh.Stage, sh.Prefetch = per, false

@@ -265,6 +265,9 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	case f.width > 1:
 		mode = fmt.Sprintf("threads 0..%d of CTA 0 cooperate (launch at least %d threads)", f.width-1, f.width)
 	}
+	if err := f.checkStages(k, t); err != nil {
+		return "", err
+	}
 	return f.text(lk.Doc, mode, params, blockShared(lk.Body, t.WGMMA), 8*f.width/32), nil
 }
 
@@ -279,12 +282,13 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 		// a module-scope name for the CTA's dynamic shared memory
 		fmt.Fprintf(&b, "// dynamic shared memory: %d bytes a CTA\n.extern .shared .align 16 .b8 %s[];\n", shared, f.smemName())
 	}
+	if f.stageBytes > 0 {
+		// the stages' dynamic shared memory (Launch.Stages), module-scope
+		fmt.Fprintf(&b, "// stages: %d bytes of dynamic shared memory a CTA\n.extern .shared .align 16 .b8 %s[];\n", f.stageBytes, f.stageName())
+	}
 	fmt.Fprintf(&b, ".visible .entry %s(\n\t%s\n)\n%s{\n", f.entry, strings.Join(params, ",\n\t"), f.bounds)
 	if f.red != "" {
 		fmt.Fprintf(&b, "\t.shared .align 8 .b8 %s[%d];\n", f.red, red)
-	}
-	if f.stageBytes > 0 {
-		fmt.Fprintf(&b, "\t.shared .align 16 .b8 %s[%d];\n", f.stageName(), f.stageBytes)
 	}
 	for c := class(0); c < nClass; c++ {
 		if f.nreg[c] > 0 {

@@ -78,6 +78,10 @@ type Launch struct {
 	// KiB must first be allowed it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 	// A group that uses it is a CTA of its own (it would share it else).
 	Shared int
+	// Stages is the dynamic shared memory a CTA's stages take
+	// (kernel.Stage: each group's slots), passed beside Shared; it does
+	// not tie the CTA to the group.
+	Stages int
 	// Resident says the kernel's CTAs meet at grid barriers (a phased
 	// kernel, kernel.Phases): every CTA launched must be resident at once,
 	// so the grid is at most what fits (occupancy times the SMs); any such
@@ -102,13 +106,21 @@ func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 		if err != nil {
 			return Launch{}, err
 		}
-		return Launch{Group: w, Resident: true}, nil
+		st, err := stageShared(k, t)
+		if err != nil {
+			return Launch{}, err
+		}
+		return Launch{Group: w, Resident: true, Stages: st}, nil
 	}
 	lk, g, err := lower(k, t)
 	if err != nil {
 		return Launch{}, err
 	}
-	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body, t.WGMMA)}
+	st, err := stageShared(k, t)
+	if err != nil {
+		return Launch{}, err
+	}
+	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body, t.WGMMA), Stages: st}
 	if g != nil {
 		l.Loop = g.Var.Name
 	}

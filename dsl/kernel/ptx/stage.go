@@ -1,6 +1,7 @@
 package ptx
 
 import (
+	"fmt"
 	"maps"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
@@ -19,10 +20,11 @@ import (
 // iteration issues its copies before the barrier that starts it (the
 // prologue); its loop then only waits for them.
 
-// StageLimit is the most static shared memory a kernel's stages take (the
-// most a CTA may declare statically): a CTA whose slots would pass it
-// reads its stages where they lie.
-const StageLimit = 48 << 10
+// StageLimit is the most shared memory a CTA's stages take (dynamic shared
+// memory, Launch.Stages: within what every sm_80 and later device gives a
+// CTA, 99 KiB on the smallest): a CTA whose slots would pass it reads its
+// stages where they lie.
+const StageLimit = 96 << 10
 
 // stageCTA is the CTA a kernel's stages are sized for where its groups are
 // no wider than it: the runtime's CTA of grid kernels (the bound is
@@ -57,6 +59,20 @@ func stageRegion(body []*kernel.Stmt) int {
 	return n
 }
 
+// checkStages fails where the stages rendered take other than the shared
+// memory Plan gives the launch (Launch.Stages): a CTA given less would
+// overrun it.
+func (f *fn) checkStages(k *kernel.Kernel, t Target) error {
+	n, err := stageShared(k, t)
+	if err != nil {
+		return err
+	}
+	if n != f.stageBytes {
+		return fmt.Errorf("ptx: kernel %s: stages rendered in %d bytes of shared memory, planned %d", k.Name, f.stageBytes, n)
+	}
+	return nil
+}
+
 // stageSlots is the groups of width threads a CTA of cta threads holds.
 func stageSlots(width, cta int) int { return max(cta/max(width, 1), 1) }
 
@@ -68,11 +84,50 @@ func canStage(t Target, body []*kernel.Stmt, grid *kernel.Stmt, width, cta int) 
 	if t.SM < 80 || grid == nil || kernel.BlockThreads(body) > 0 || kernel.HasTiles(body) {
 		return false
 	}
+	r := stageRegionFor(t, grid)
+	return r > 0 && r*stageSlots(width, cta) <= StageLimit
+}
+
+// stageRegionFor is the bytes of shared memory a group's stages in grid
+// loop grid take for t: twice the stages' where they copy ahead (a slot
+// for the iteration computed, one for the next).
+func stageRegionFor(t Target, grid *kernel.Stmt) int {
 	r := stageRegion(grid.Body)
 	if t.StageAhead && aheadable(grid) {
-		r *= 2 // a slot for the iteration computed, one for the next
+		r *= 2
 	}
-	return r > 0 && r*stageSlots(width, cta) <= StageLimit
+	return r
+}
+
+// stageShared is the shared memory kernel k's stages take a CTA rendered
+// for t (Launch.Stages): a grid kernel's where a wait hides its copies or
+// they copy ahead, a phased kernel's most of any phase's.
+func stageShared(k *kernel.Kernel, t Target) (int, error) {
+	if len(k.Phases) > 0 {
+		ps, w, err := lowerPhases(k, t)
+		if err != nil {
+			return 0, err
+		}
+		cta := max(stageCTA, w)
+		n := 0
+		for _, p := range ps {
+			if canStage(t, p.k.Body, p.grid, p.width, cta) {
+				n = max(n, stageRegionFor(t, p.grid)*stageSlots(p.width, cta))
+			}
+		}
+		return n, nil
+	}
+	lk, g, err := lower(k, t)
+	if err != nil {
+		return 0, err
+	}
+	w := width(lk.Body)
+	cta := max(stageCTA, w)
+	dependent := t.Dependent != nil && t.Dependent(k)
+	if !canStage(t, lk.Body, g, w, cta) || (!dependent && !(t.StageAhead && aheadable(g))) {
+		return 0, nil
+	}
+	return stageRegionFor(t, g) * stageSlots(w, cta), nil
 }
 
 // stageStart sets up the stages of grid loop s's body for this thread's
@@ -92,7 +147,7 @@ func (f *fn) stageStart(s *kernel.Stmt, tid string) {
 	if f.ahead {
 		f.stagePar = f.reg(c64)
 		f.ins("mov.u64 %s, 0", f.stagePar) // the first iteration reads the region's first half
-		r *= 2
+		r *= 2                             // stageRegionFor's
 	}
 	f.stageBytes = max(f.stageBytes, r*slots)
 	f.stageBase = f.reg(c64)

@@ -43,13 +43,27 @@ func TestStageRenders(t *testing.T) {
 	if cp < 0 || commit < cp || wait < commit || done < wait || load < done {
 		t.Errorf("copies at %d, commit %d, wait %d, copies waited for %d, first generic load %d:\n%s", cp, commit, wait, done, load, src)
 	}
-	for _, want := range []string{".maxntid 128, 1, 1", ".shared .align 16 .b8 stages_p0_st[1024]", ", 512;", "cvta.shared.u64", "selp.b64", "bar.warp.sync"} {
+	for _, want := range []string{".maxntid 128, 1, 1", "// stages: 1024 bytes", ".extern .shared .align 16 .b8 stages_p0_st[];", ", 512;", "cvta.shared.u64", "selp.b64", "bar.warp.sync"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("no %q in:\n%s", want, src)
 		}
 	}
 	if strings.Contains(src, "ld.global.u32") {
 		t.Errorf("a staged buffer read with a global load:\n%s", src)
+	}
+	// the launch passes the stages' dynamic shared memory; a plain
+	// target's has none
+	for _, c := range []struct {
+		tg   ptx.Target
+		want int
+	}{{ptx.Target{SM: 90, Dependent: all}, 1024}, {ptx.Target{SM: 90, Dependent: all, StageAhead: true}, 2048}, {ptx.Target{SM: 90}, 0}, {ptx.Target{SM: 80, StageAhead: true}, 2048}} {
+		l, err := ptx.Plan(stKernel(256), c.tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Stages != c.want || l.Shared != 0 || l.CTA(4096, 128) != 128 {
+			t.Errorf("%+v: stages %d (want %d), shared %d, CTA %d", c.tg, l.Stages, c.want, l.Shared, l.CTA(4096, 128))
+		}
 	}
 	// a thread alone stages too (a slot a thread, no group to meet)
 	b := k.New("st1")
@@ -62,7 +76,7 @@ func TestStageRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(one, "cp.async.cg.shared.global") || strings.Contains(one, "bar.warp.sync") || !strings.Contains(one, ".b8 stages_p0_st1[2048]") {
+	if !strings.Contains(one, "cp.async.cg.shared.global") || strings.Contains(one, "bar.warp.sync") || !strings.Contains(one, "// stages: 2048 bytes") {
 		t.Errorf("a thread's stage:\n%s", one)
 	}
 	// StageOnce: only a group's first iteration copies (a predicate set
@@ -96,7 +110,7 @@ func TestStageRenders(t *testing.T) {
 	phase := strings.Index(src, "// phase 1")
 	barrier := strings.Index(src[phase:], "atom.acq_rel.gpu.global.add.u32") + phase
 	second := strings.Index(src[phase:], "cp.async.cg.shared.global") + phase
-	if phase < 0 || second < phase || barrier < second || !strings.Contains(src, ".b8 stages_p0_two[2048]") {
+	if phase < 0 || second < phase || barrier < second || !strings.Contains(src, "// stages: 2048 bytes") {
 		t.Errorf("phase 1 at %d: its copies at %d, its barrier at %d:\n%s", phase, second, barrier, src)
 	}
 }
@@ -124,7 +138,7 @@ func TestStageAheadRenders(t *testing.T) {
 		t.Errorf("first copies %d, commit %d, wait %d, next copies %d, commit %d, wait_group %d, first generic load %d:\n%s",
 			first, commit, wait, next, commit2, landed, load, src)
 	}
-	for _, want := range []string{".b8 stages_p0_st[2048]", "xor.b64", ".maxntid 128, 1, 1"} {
+	for _, want := range []string{"// stages: 2048 bytes", "xor.b64", ".maxntid 128, 1, 1"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("no %q in:\n%s", want, src)
 		}
@@ -151,7 +165,7 @@ func TestStageAheadRenders(t *testing.T) {
 	phase := strings.Index(ph, "// phase 1")
 	barrier := strings.Index(ph[phase:], "atom.acq_rel.gpu.global.add.u32") + phase
 	copies := strings.Index(ph[phase:], "cp.async.cg.shared.global") + phase
-	if phase < 0 || copies < phase || barrier < copies || !strings.Contains(ph, ".b8 stages_p0_two[4096]") || strings.Count(ph, "cp.async.wait_group 1") != 2 {
+	if phase < 0 || copies < phase || barrier < copies || !strings.Contains(ph, "// stages: 4096 bytes") || strings.Count(ph, "cp.async.wait_group 1") != 2 {
 		t.Errorf("phase 1 at %d: its first copies at %d, its barrier at %d:\n%s", phase, copies, barrier, ph)
 	}
 	// two runs of stages a let apart: copied as before (the next
