@@ -146,8 +146,9 @@ func (f *fn) stageStart(s *kernel.Stmt, tid string) {
 	slots := stageSlots(f.width, f.stageCTA)
 	if f.ahead {
 		f.stagePar = f.reg(c64)
-		f.ins("mov.u64 %s, 0", f.stagePar) // the first iteration reads the region's first half
-		r *= 2                             // stageRegionFor's
+		// the first iteration reads the region's first half (stageRegionFor's two)
+		f.ins("mov.u64 %s, 0", f.stagePar)
+		r *= 2
 	}
 	f.stageBytes = max(f.stageBytes, r*slots)
 	f.stageBase = f.reg(c64)
