@@ -1,8 +1,10 @@
 package ops_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	k "github.com/jitllm/jitllm/dsl/kernel"
@@ -459,57 +461,74 @@ func TestMatVecDotActs(t *testing.T) {
 // the two RopeKV launches it replaces store, bit for bit, where they take
 // its shape: q's rows into y, k's and v's into the caches' row.
 func TestMatVecDotRopeKVSplit(t *testing.T) {
-	r := rand.New(rand.NewPCG(21, 22))
-	const n, hd, nq, nk, nv, pos = 512, 8, 16, 8, 8, 3
-	x := opstest.Floats(n, 2, r)
-	xq, xd := partner(t, "Q4_K", x)
-	rows := func(typ quant.Type, m int) []byte {
-		var w []byte
-		for range m {
-			w = append(w, opstest.Row(typ, n, nil, r)...)
-		}
-		return w
+	if !ops.CanSplitRopeKV("Q4_K", "Q6_K") || !ops.CanSplitRopeKV("Q4_K", "Q6_KA") || ops.CanSplitRopeKV("Q4_K", "Q8_0") || ops.CanSplitRopeKV("Q4_K", "F16") {
+		t.Error("CanSplitRopeKV: Q4_K beside Q6_K and Q6_KA (Q8_K activations), not beside Q8_0 or a float type")
 	}
-	wa, wb := rows(quant.Q4_K, nq+nk), rows(quant.Q6_K, nv)
+	r := rand.New(rand.NewPCG(21, 22))
+	const hd, nq, nk, nv, pos = 8, 16, 8, 8, 3
 	freqs := []float32{1, 1.5, 2.5, 4}
 	step := []int32{0, pos}
-	for _, sh := range []ops.DotShape{{Rows: 2}, {Rows: 2, Unroll: 2}, {Rows: 4, Threads: 64}} {
-		for _, ub := range []int{1, 2} {
-			// bufs are the weights and the activation; y holds q's and k's rows
-			run := func(kern *k.Kernel, bufs ...any) (y []float32, kc, vc []uint16) {
-				y = make([]float32, nq+nk)
-				kc, vc = make([]uint16, (pos+1)*nk), make([]uint16, (pos+1)*nv)
-				if err := k.Run(kern, append(bufs, y, kc, vc, step, freqs, nq, nk, hd, hd, float32(0.9), float32(1))...); err != nil {
-					t.Fatal(err)
-				}
-				return y, kc, vc
+	// v in Q6_K, and in the Q6_KA layout (a weight block of eight of the
+	// activation's)
+	for _, c := range []struct {
+		typB string
+		n    int
+	}{{"Q6_K", 512}, {"Q6_KA", ops.Q6_KA.QK}} {
+		n := c.n
+		x := opstest.Floats(n, 2, r)
+		xq, xd := partner(t, "Q4_K", x)
+		rows := func(typ quant.Type, m int) []byte {
+			var w []byte
+			for range m {
+				w = append(w, opstest.Row(typ, n, nil, r)...)
 			}
-			y, kc, vc := run(ops.DotMatVecRopeKVSplit("Q4_K", "Q6_K", sh, ub), wa, wb, xq, xd)
-			// the two launches: q and k, then v alone (no q or k rows)
-			ya, kca, _ := run(ops.DotMatVec("RopeKV", "Q4_K", sh), wa, xq, xd)
-			vb := ops.DotShape{Rows: sh.Rows, Threads: sh.Threads, Unroll: ub}
-			yb := make([]float32, nv)
-			kcb, vcb := make([]uint16, (pos+1)*nk), make([]uint16, (pos+1)*nv)
-			if err := k.Run(ops.DotMatVec("RopeKV", "Q6_K", vb), wb, xq, xd, yb, kcb, vcb, step, freqs, 0, 0, hd, hd, float32(0.9), float32(1)); err != nil {
+			return w
+		}
+		wa, wb := rows(quant.Q4_K, nq+nk), rows(quant.Q6_K, nv)
+		if c.typB == ops.Q6_KA.Name {
+			if err := ops.RepackQ6_KA(wb, slices.Clone(wb)); err != nil {
 				t.Fatal(err)
 			}
-			for i := range nq {
-				if math.Float32bits(y[i]) != math.Float32bits(ya[i]) {
-					t.Errorf("%v/u%d: q row %d %v, want %v", sh, ub, i, y[i], ya[i])
+		}
+		for _, sh := range []ops.DotShape{{Rows: 2}, {Rows: 2, Unroll: 2}, {Rows: 4, Threads: 64}} {
+			for _, ub := range []int{1, 2} {
+				// bufs are the weights and the activation; y holds q's and k's rows
+				run := func(kern *k.Kernel, bufs ...any) (y []float32, kc, vc []uint16) {
+					y = make([]float32, nq+nk)
+					kc, vc = make([]uint16, (pos+1)*nk), make([]uint16, (pos+1)*nv)
+					if err := k.Run(kern, append(bufs, y, kc, vc, step, freqs, nq, nk, hd, hd, float32(0.9), float32(1))...); err != nil {
+						t.Fatal(err)
+					}
+					return y, kc, vc
 				}
-			}
-			for i := range kc {
-				if kc[i] != kca[i] {
-					t.Errorf("%v/u%d: k cache %d %#x, want %#x", sh, ub, i, kc[i], kca[i])
+				what := fmt.Sprintf("%s %v/u%d", c.typB, sh, ub)
+				y, kc, vc := run(ops.DotMatVecRopeKVSplit("Q4_K", c.typB, sh, ub), wa, wb, xq, xd)
+				// the two launches: q and k, then v alone (no q or k rows)
+				ya, kca, _ := run(ops.DotMatVec("RopeKV", "Q4_K", sh), wa, xq, xd)
+				vb := ops.DotShape{Rows: sh.Rows, Threads: sh.Threads, Unroll: ub}
+				yb := make([]float32, nv)
+				kcb, vcb := make([]uint16, (pos+1)*nk), make([]uint16, (pos+1)*nv)
+				if err := k.Run(ops.DotMatVec("RopeKV", c.typB, vb), wb, xq, xd, yb, kcb, vcb, step, freqs, 0, 0, hd, hd, float32(0.9), float32(1)); err != nil {
+					t.Fatal(err)
 				}
-			}
-			for i := range vc {
-				if vc[i] != vcb[i] {
-					t.Errorf("%v/u%d: v cache %d %#x, want %#x", sh, ub, i, vc[i], vcb[i])
+				for i := range nq {
+					if math.Float32bits(y[i]) != math.Float32bits(ya[i]) {
+						t.Errorf("%s: q row %d %v, want %v", what, i, y[i], ya[i])
+					}
 				}
-			}
-			if vc[pos*nv] == 0 && vc[pos*nv+1] == 0 && kc[pos*nk] == 0 {
-				t.Errorf("%v/u%d: nothing cached at row %d", sh, ub, pos)
+				for i := range kc {
+					if kc[i] != kca[i] {
+						t.Errorf("%s: k cache %d %#x, want %#x", what, i, kc[i], kca[i])
+					}
+				}
+				for i := range vc {
+					if vc[i] != vcb[i] {
+						t.Errorf("%s: v cache %d %#x, want %#x", what, i, vc[i], vcb[i])
+					}
+				}
+				if vc[pos*nv] == 0 && vc[pos*nv+1] == 0 && kc[pos*nk] == 0 {
+					t.Errorf("%s: nothing cached at row %d", what, pos)
+				}
 			}
 		}
 	}

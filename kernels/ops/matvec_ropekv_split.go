@@ -28,7 +28,7 @@ func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel
 		panic("DotMatVecRopeKVSplit: RopeKV takes rows in pairs")
 	case sh.Stage > 0 || sh.Prefetch || sh.Acts > 1:
 		panic("DotMatVecRopeKVSplit: no stage, prefetch or activation rows")
-	case ca.qk != cb.qk || ca.scales != cb.scales:
+	case !CanSplitRopeKV(typA, typB):
 		panic("DotMatVecRopeKVSplit: " + typA + " and " + typB + " take different activation blocks")
 	}
 	sh.Threads = cmp.Or(sh.Threads, WarpLanes)
@@ -39,30 +39,37 @@ func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	y := b.Buffer("y", k.F32)
 	rk := ropeKVParams(b)
-	nb := xd.Len()
-	if ca.scales > 1 {
-		nb = nb.Div(ca.scales)
-	}
-	nb = b.Let("nb", nb)
-	bytesA, bytesB := b.Let("bytesA", nb.Mul(ca.bytes)), b.Let("bytesB", nb.Mul(cb.bytes))
+	// each part's weight blocks a row (a Q6_KA block spans eight of the
+	// activation's)
+	nbA, nbB := b.Let("nbA", xd.Len().Div(max(ca.scales, 1))), b.Let("nbB", xd.Len().Div(max(cb.scales, 1)))
+	bytesA, bytesB := b.Let("bytesA", nbA.Mul(ca.bytes)), b.Let("bytesB", nbB.Mul(cb.bytes))
 	nab := b.Let("nab", rk.nq.Add(rk.nk))
 	nv := b.Let("nv", wb.Len().Div(bytesB))
 	rk.rows = b.Let("rows", nab.Add(nv))
 	groupsA := b.Let("groupsA", nab.Div(rows))
 	once := func(cond k.Expr) k.Expr { return k.Select(cond, k.I(1), k.I(0)) }
 	b.ParallelFor("r", 0, groupsA.Add(nv.Div(rows)), func(g k.Expr) {
-		part := func(loop string, c dotCut, w *k.Buf, rowBytes, group, first k.Expr) {
+		part := func(loop string, c dotCut, w *k.Buf, nb, rowBytes, group, first k.Expr) {
 			sums := groupSums(b, loop, c, []*k.Buf{w}, xq, xd, nb, rowBytes, group.Mul(rows), rows, 1)
 			for q := 0; q < rows; q += 2 {
 				rk.pair(b, y, first.Add(group.Mul(rows)).Add(q), sums[0][q][0].Get(), sums[0][q+1][0].Get())
 			}
 		}
-		b.For("pa", 0, once(g.Lt(groupsA)), func(k.Expr) { part("ua", ca, wa, bytesA, g, k.I(0)) })
-		b.For("pb", 0, once(g.Ge(groupsA)), func(k.Expr) { part("ub", cb, wb, bytesB, g.Sub(groupsA), nab) })
+		b.For("pa", 0, once(g.Lt(groupsA)), func(k.Expr) { part("ua", ca, wa, nbA, bytesA, g, k.I(0)) })
+		b.For("pb", 0, once(g.Ge(groupsA)), func(k.Expr) { part("ub", cb, wb, nbB, bytesB, g.Sub(groupsA), nab) })
 	})
 	b.Schedule("ua", k.LoopSchedule{Threads: sh.Threads, Unroll: sh.Unroll})
 	b.Schedule("ub", k.LoopSchedule{Threads: sh.Threads, Unroll: unrollB})
 	return b.MustBuild()
+}
+
+// CanSplitRopeKV reports whether DotMatVecRopeKVSplit takes q and k rows
+// of layout typA beside v rows of typB: both integer mat-vecs of the same
+// activation (values a scale), whatever their weight blocks.
+func CanSplitRopeKV(typA, typB string) bool {
+	ca, okA := dotCutOf(typA)
+	cb, okB := dotCutOf(typB)
+	return okA && okB && ca.qk/max(ca.scales, 1) == cb.qk/max(cb.scales, 1)
 }
 
 // dotCutOf is the integer cut of a weight type or device layout name.

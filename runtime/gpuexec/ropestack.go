@@ -40,7 +40,7 @@ func (p *plan) stackRopeKV() {
 			a, okA := p.ropeShapes[l.k]
 			b, okB := p.ropeShapes[ls[i+1].k]
 			next := ls[i+1]
-			if !okA || !okB || a.layout == b.layout || !splitPair(l.args, next.args, a.shape.Rows, b.shape.Rows) {
+			if !okA || !okB || a.layout == b.layout || !ops.CanSplitRopeKV(a.layout, b.layout) || !splitPair(l.args, next.args, a.shape.Rows, b.shape.Rows) {
 				out = append(out, l)
 				continue
 			}

@@ -16,7 +16,13 @@ import (
 func TestRopeStackPlan(t *testing.T) {
 	defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
 	decodeBlockHeads, decodeSplits = 1, []splitTier{{from: 12, chunks: 16}} // a long step from position 12
-	name := "synthetic/tiny256-Q4_K_M.gguf"
+	// v in Q6_K (tiny256), and in the Q6_KA layout (the synth 1B's 2048 columns)
+	for _, name := range []string{"synthetic/tiny256-Q4_K_M.gguf", "synth:llama-3.2-1b/Q4_K_M"} {
+		t.Run(name, func(t *testing.T) { ropeStackPlan(t, name) })
+	}
+}
+
+func ropeStackPlan(t *testing.T, name string) {
 	m := loadModel(t, name)
 	plain, err := newPlanTiles(m, 64, 4, true, 0)
 	if err != nil {
@@ -51,4 +57,22 @@ func TestRopeStackPlan(t *testing.T) {
 	}
 	defer cpu.Close()
 	agree(t, cpu, newHostExec(p), 16, tolerance(name))
+}
+
+// On the device, the split RopeKV launches (Q6_K and Q6_KA v rows) give the
+// CPU runner's greedy tokens with logits within tolerance.
+func TestGPURopeStack(t *testing.T) {
+	needGPU(t)
+	t.Setenv("JITLLM_ROPE_STACK", "1")
+	for _, name := range []string{"synthetic/tiny256-Q4_K_M.gguf", "synth:llama-3.2-1b/Q4_K_M"} {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name)
+			cpu, err := exec.NewRunner(m, exec.Options{Context: 128})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			agree(t, cpu, gpuRunner(t, m, exec.Options{Context: 128}), 32, tolerance(name))
+		})
+	}
 }
