@@ -480,6 +480,9 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 			if grid.X, err = residentGrid(fns[l.k], r.c.Device.Multiprocessors, grid.X, block.X, shared); err != nil {
 				return nil, fmt.Errorf("%s: %w", l.k.Name, err)
 			}
+			if n := stageGridPerSM(); n > 0 {
+				grid.X = min(grid.X, uint32(n*r.c.Device.Multiprocessors))
+			}
 		}
 		if resident {
 			want := grid.X

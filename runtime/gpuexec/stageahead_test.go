@@ -53,8 +53,9 @@ func stagedShape(t *testing.T, typ string, cols int, sh ops.DotShape) ops.DotSha
 // equals the interpreter. Speed: the 8B's feed-forward and o matrices and
 // the 1B's SwiGLU, each in one shape plain (a CTA for every group the CTA
 // holds), plain on a grid of every CTA resident at once, staged ahead on
-// that grid and staged ahead on the full grid, the weights streamed from
-// a 1 GiB pool as in TestGPUMatVecDot (logged, not asserted).
+// that grid, on the full grid, and on grids of 2 and 4 CTAs a
+// multiprocessor, the weights streamed from a 1 GiB pool as in
+// TestGPUMatVecDot (logged, not asserted).
 func TestGPUStageAhead(t *testing.T) {
 	needGPU(t)
 	c, s := deviceStream(t)
@@ -183,7 +184,7 @@ func timeStageAhead(t *testing.T, c *cuda.Context, s *cuda.Stream, tg ptx.Target
 		{"1B", "Q4_K", "SwiGLU", 8192, 2048, ops.DotShape{Rows: 1, Unroll: 2}},
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-4s %-12s %6s %6s | %9s %9s %9s %9s (µs; GB/s)\n", "", "matrix", "rows", "cols", "plain", "resident", "ahead,res", "ahead")
+	fmt.Fprintf(&table, "%-4s %-12s %6s %6s | %10s %10s %10s %10s %10s %10s (µs;GB/s)\n", "", "matrix", "rows", "cols", "plain", "resident", "ahead,res", "ahead", "ahead,2/SM", "ahead,4/SM")
 	for _, mc := range cases {
 		mats := 1
 		if mc.form == "SwiGLU" {
@@ -211,7 +212,8 @@ func timeStageAhead(t *testing.T, c *cuda.Context, s *cuda.Stream, tg ptx.Target
 		for _, v := range []struct {
 			k        *kernel.Kernel
 			resident bool
-		}{{plain, false}, {plain, true}, {ahead, true}, {ahead, false}} {
+			perSM    int // CTAs a multiprocessor, where set
+		}{{plain, false, 0}, {plain, true, 0}, {ahead, true, 0}, {ahead, false, 0}, {ahead, true, 2}, {ahead, true, 4}} {
 			fn, err := mod.Function(v.k.Name)
 			if err != nil {
 				t.Fatal(err)
@@ -236,6 +238,9 @@ func timeStageAhead(t *testing.T, c *cuda.Context, s *cuda.Stream, tg ptx.Target
 			if v.resident {
 				if grid.X, err = residentGrid(fn, c.Device.Multiprocessors, grid.X, blk.X, shared); err != nil {
 					t.Fatal(err)
+				}
+				if v.perSM > 0 {
+					grid.X = min(grid.X, uint32(v.perSM*c.Device.Multiprocessors))
 				}
 			}
 			n := 0

@@ -47,6 +47,13 @@ func stageAhead() bool { return os.Getenv("JITLLM_STAGE_AHEAD") == "1" }
 // than a CTA for every four.
 func stageGrid() bool { return os.Getenv("JITLLM_STAGE_GRID") == "1" }
 
+// stageGridPerSM is JITLLM_STAGE_GRID_SM=n: with JITLLM_STAGE_GRID, at most
+// n CTAs a multiprocessor (0, unset: as many as are resident).
+func stageGridPerSM() int {
+	n, _ := strconv.Atoi(os.Getenv("JITLLM_STAGE_GRID_SM"))
+	return max(n, 0)
+}
+
 // staged reports whether k stages a buffer (kernel.Stage).
 func staged(k *kernel.Kernel) bool {
 	return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
