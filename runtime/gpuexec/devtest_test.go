@@ -57,6 +57,12 @@ func loadKernelsFor(t *testing.T, c *cuda.Context, tg ptx.Target, ks ...*kernel.
 // CTAs of threadsPerBlock (of the group, for a group wider than a warp).
 func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *kernel.Kernel, args *cuda.Args, sizes ...any) func() {
 	t.Helper()
+	return launcherOn(t, mod, tg, s, k, args, 0, sizes...)
+}
+
+// launcherOn is launcher on a grid of ctas CTAs (0: the launch's own).
+func launcherOn(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *kernel.Kernel, args *cuda.Args, ctas uint32, sizes ...any) func() {
+	t.Helper()
 	fn, err := mod.Function(k.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +70,9 @@ func launcher(t *testing.T, mod *cuda.Module, tg ptx.Target, s *cuda.Stream, k *
 	grid, blk, shared, err := launchShape(k, tg, sizes...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ctas > 0 {
+		grid.X = ctas
 	}
 	if err := allowShared(fn, int(shared)); err != nil {
 		t.Fatal(err)

@@ -62,15 +62,7 @@ func TestGPUMatVecDot(t *testing.T) {
 	c, s := deviceStream(t)
 	r := rand.New(rand.NewPCG(7, 8))
 	shapes := dotShapes()
-	const poolBytes = 1 << 30
-	pool := make([]byte, poolBytes)
-	for i := 0; i < len(pool); i += 8 {
-		v := r.Uint64() &^ 0x4000400040004000 // finite halves wherever the scales fall
-		for j := range 8 {
-			pool[i+j] = byte(v >> (8 * j))
-		}
-	}
-	pd := upload(t, c, pool)
+	pd := weightPool(t, c, r)
 	defer pd.Free()
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-5s %-5s %7s %6s |", "model", "type", "rows", "cols")
@@ -94,7 +86,7 @@ func TestGPUMatVecDot(t *testing.T) {
 			ks = append(ks, ops.DotMatVec(form, typ, sh))
 		}
 		mod, tg := loadKernels(t, c, ks...)
-		checkDotShapes(t, c, s, mod, tg, typ, mats, quantize, qk, ks[1:], r)
+		checkDotShapes(t, c, s, mod, tg, typ, mats, quantize, qk, ks[1:], nil, r)
 		for _, mc := range matVecCases {
 			// a case of the type, or of the GGUF type whose layout it is
 			if mc.form != form || (mc.typ != typ && deviceLayout(opstest.Type(mc.typ), mc.cols) != typ) {
@@ -109,57 +101,21 @@ func TestGPUMatVecDot(t *testing.T) {
 				t.Fatal(err)
 			}
 			size := mc.out * int(rowBytes)
-			x := opstest.Floats(mc.cols, 1, r)
-			xd := upload(t, c, f32Bytes(x))
-			xqd, xsd, yd := zeroed(t, c, mc.cols), zeroed(t, c, 4*mc.cols/qk), zeroed(t, c, 4*mc.out)
-			qa := cuda.NewArgs(6)
-			for i, v := range []uint64{xd.Ptr, uint64(len(x)), xqd.Ptr, uint64(mc.cols), xsd.Ptr, uint64(mc.cols / qk)} {
-				qa.Set(i, v)
-			}
-			launcher(t, mod, tg, s, quantize, qa, ptx.Elems(len(x)), ptx.Elems(mc.cols), ptx.Elems(mc.cols/qk))()
-			// offsets a 16-byte multiple apart, cycling through the pool
-			slots := max(1, min(poolBytes/(mats*size), 256))
+			st := newStreamed(t, c, s, mod, tg, pd, quantize, qk, mats, size, mc.cols, mc.out, r)
 			best, bestUs := "", math.Inf(1)
 			for si, mv := range ks[1:] {
 				if mc.out%shapes[si].Rows != 0 {
 					fmt.Fprintf(&table, " %7s", "-")
 					continue
 				}
-				var vals, sizes []any
-				for m := range mats { // a SwiGLU's up matrix right after its gate's
-					vals, sizes = append(vals, pd.Ptr+uint64(m*size), size), append(sizes, ptx.Elems(size))
-				}
-				vals = append(vals, xqd.Ptr, mc.cols, xsd.Ptr, mc.cols/qk, yd.Ptr, mc.out)
-				a := cuda.NewArgs(len(vals))
-				for j, v := range vals {
-					if p, ok := v.(uint64); ok {
-						a.Set(j, p)
-					} else {
-						a.Set(j, uint64(v.(int)))
-					}
-				}
-				run := launcher(t, mod, tg, s, mv, a, append(sizes, ptx.Elems(mc.cols), ptx.Elems(mc.cols/qk), ptx.Elems(mc.out))...)
-				n := 0
-				next := func() { // the launch copies its arguments, so one Args serves every slot
-					for m := range mats {
-						a.Set(2*m, pd.Ptr+uint64((n%slots*mats+m)*size))
-					}
-					run()
-					n++
-				}
-				for range 5 {
-					next()
-				}
-				us := deviceMicros(t, c, s, 50, next)
+				us := st.micros(launcher(t, mod, tg, s, mv, st.args, st.sizes...))
 				fmt.Fprintf(&table, " %7.1f", us)
 				if us < bestUs {
 					best, bestUs = mv.Name, us
 				}
 			}
 			fmt.Fprintf(&table, " | %s %.1f µs %.0f GB/s\n", best, bestUs, float64(mats*size)/bestUs/1e3)
-			for _, b := range []cuda.Buffer{xd, xqd, xsd, yd} {
-				b.Free()
-			}
+			st.free()
 		}
 	}
 	t.Logf("integer mat-vecs, µs a launch (weights streamed from a 1 GiB pool):\n%s", table.String())
@@ -167,6 +123,119 @@ func TestGPUMatVecDot(t *testing.T) {
 		if err := os.WriteFile(f, []byte(table.String()), 0o644); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// randomWeights is out random rows of cols columns of device layout typ,
+// mats matrices (a SwiGLU's two), in the layout's bytes.
+func randomWeights(t *testing.T, typ string, mats, out, cols int, r *rand.Rand) [][]byte {
+	t.Helper()
+	ws := make([][]byte, mats)
+	for m := range ws {
+		for range out {
+			ws[m] = append(ws[m], opstest.Row(opstest.Type(stored(typ)), cols, nil, r)...)
+		}
+		if typ == ops.Q6_KA.Name {
+			if err := ops.RepackQ6_KA(ws[m], slices.Clone(ws[m])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return ws
+}
+
+// sameSums fails where a mat-vec's device rows got differ from the
+// interpreter's want beyond f32 rounding (the same tree, no exps).
+func sameSums(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	for i, g := range got {
+		if v := want[i]; math.Abs(float64(g-v)) > float64(1e-5*math.Abs(float64(v)))+1e-6 {
+			t.Errorf("%s row %d: device %v, interpreter %v", name, i, g, v)
+		}
+	}
+}
+
+// poolBytes is weightPool's size.
+const poolBytes = 1 << 30
+
+// weightPool is a device pool of poolBytes random weight bytes (finite f16
+// halves wherever the scales fall) that timed mat-vecs stream from at a
+// new offset each launch, as a decode step does: a matrix read again from
+// the 50 MB L2 would time the cache.
+func weightPool(t *testing.T, c *cuda.Context, r *rand.Rand) cuda.Buffer {
+	t.Helper()
+	pool := make([]byte, poolBytes)
+	for i := 0; i < len(pool); i += 8 {
+		v := r.Uint64() &^ 0x4000400040004000
+		for j := range 8 {
+			pool[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return upload(t, c, pool)
+}
+
+// streamed is a timed mat-vec's operands: mats matrices of size bytes
+// from a weightPool, a random activation of cols values quantized on the
+// device (blocks of qk), an output of out rows; args and sizes are a
+// mat-vec's (w…, xq, xd, y), the weights at the pool's start.
+type streamed struct {
+	t             *testing.T
+	c             *cuda.Context
+	s             *cuda.Stream
+	pool          cuda.Buffer
+	mats, size    int
+	args          *cuda.Args
+	sizes         []any
+	xd, xq, xs, y cuda.Buffer
+}
+
+func newStreamed(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Module, tg ptx.Target, pool cuda.Buffer,
+	quantize *kernel.Kernel, qk, mats, size, cols, out int, r *rand.Rand) *streamed {
+	t.Helper()
+	x := opstest.Floats(cols, 1, r)
+	st := &streamed{t: t, c: c, s: s, pool: pool, mats: mats, size: size, xd: upload(t, c, f32Bytes(x)),
+		xq: zeroed(t, c, cols), xs: zeroed(t, c, 4*cols/qk), y: zeroed(t, c, 4*out)}
+	qa := cuda.NewArgs(6)
+	for i, v := range []uint64{st.xd.Ptr, uint64(cols), st.xq.Ptr, uint64(cols), st.xs.Ptr, uint64(cols / qk)} {
+		qa.Set(i, v)
+	}
+	launcher(t, mod, tg, s, quantize, qa, ptx.Elems(cols), ptx.Elems(cols), ptx.Elems(cols/qk))()
+	var vals []uint64
+	for m := range mats { // a SwiGLU's up matrix right after its gate's
+		vals, st.sizes = append(vals, pool.Ptr+uint64(m*size), uint64(size)), append(st.sizes, ptx.Elems(size))
+	}
+	vals = append(vals, st.xq.Ptr, uint64(cols), st.xs.Ptr, uint64(cols/qk), st.y.Ptr, uint64(out))
+	st.sizes = append(st.sizes, ptx.Elems(cols), ptx.Elems(cols/qk), ptx.Elems(out))
+	st.args = cuda.NewArgs(len(vals))
+	for j, v := range vals {
+		st.args.Set(j, v)
+	}
+	return st
+}
+
+// micros is run's mean device time over 50 launches after 5, the weights
+// moved to the pool's next slot (offsets a 16-byte multiple apart) before
+// each: run launches with st.args, which the launch copies, so one Args
+// serves every slot.
+func (st *streamed) micros(run func()) float64 {
+	slots := max(1, min(poolBytes/(st.mats*st.size), 256))
+	n := 0
+	next := func() {
+		for m := range st.mats {
+			st.args.Set(2*m, st.pool.Ptr+uint64((n%slots*st.mats+m)*st.size))
+		}
+		run()
+		n++
+	}
+	for range 5 {
+		next()
+	}
+	return deviceMicros(st.t, st.c, st.s, 50, next)
+}
+
+func (st *streamed) free() {
+	for _, b := range []cuda.Buffer{st.xd, st.xq, st.xs, st.y} {
+		b.Free()
 	}
 }
 
@@ -178,29 +247,24 @@ func stored(layout string) string {
 	return layout
 }
 
+// dotCheckCols is the columns checkDotShapes gives a matrix of layout typ:
+// 6 blocks of 256 (units that do not fill a group evenly), 3 of Q6_KA's.
+func dotCheckCols(typ string) int {
+	if typ == ops.Q6_KA.Name {
+		return 3 * ops.Q6_KA.QK
+	}
+	return 1536
+}
+
 // checkDotShapes runs every shape's kernel (ks, in dotShapes' order, over
 // mats matrices) on 64 rows of random quants and compares it with the
-// interpreter.
+// interpreter: on each grid of grids CTAs, or (nil) the launch's own.
 func checkDotShapes(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Module, tg ptx.Target, typ string, mats int,
-	quantize *kernel.Kernel, qk int, ks []*kernel.Kernel, r *rand.Rand) {
+	quantize *kernel.Kernel, qk int, ks []*kernel.Kernel, grids []uint32, r *rand.Rand) {
 	t.Helper()
 	const out = 64
-	cols := 1536 // 6 blocks of 256: units that do not fill the group evenly
-	if typ == ops.Q6_KA.Name {
-		cols = 3 * ops.Q6_KA.QK
-	}
-	tq := opstest.Type(stored(typ))
-	ws := make([][]byte, mats)
-	for m := range ws {
-		for range out {
-			ws[m] = append(ws[m], opstest.Row(tq, cols, nil, r)...)
-		}
-		if typ == ops.Q6_KA.Name {
-			if err := ops.RepackQ6_KA(ws[m], slices.Clone(ws[m])); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	cols := dotCheckCols(typ)
+	ws := randomWeights(t, typ, mats, out, cols, r)
 	x := opstest.Floats(cols, 1, r)
 	xq, xs := make([]byte, cols), make([]float32, cols/qk)
 	if err := kernel.Run(quantize, x, xq, xs); err != nil {
@@ -231,21 +295,26 @@ func checkDotShapes(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Mod
 		if err := kernel.Run(mv, append(args, xq, xs, want)...); err != nil {
 			t.Fatal(err)
 		}
-		if err := yd.Zero(); err != nil {
-			t.Fatal(err)
+		if grids == nil {
+			grids = []uint32{0}
 		}
-		launcher(t, mod, tg, s, mv, a, append(sizes, ptx.Elems(cols), ptx.Elems(cols/qk), ptx.Elems(out))...)()
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 4*out)
-		if err := yd.Download(got); err != nil {
-			t.Fatal(err)
-		}
-		for i, g := range f32sFrom(got) {
-			if v := want[i]; math.Abs(float64(g-v)) > float64(1e-5*math.Abs(float64(v)))+1e-6 {
-				t.Errorf("%s row %d: device %v, interpreter %v", mv.Name, i, g, v)
+		for _, grid := range grids {
+			if err := yd.Zero(); err != nil {
+				t.Fatal(err)
 			}
+			launcherOn(t, mod, tg, s, mv, a, grid, append(sizes, ptx.Elems(cols), ptx.Elems(cols/qk), ptx.Elems(out))...)()
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, 4*out)
+			if err := yd.Download(got); err != nil {
+				t.Fatal(err)
+			}
+			name := mv.Name
+			if grid > 0 {
+				name = fmt.Sprintf("%s on %d CTAs", mv.Name, grid)
+			}
+			sameSums(t, name, f32sFrom(got), want)
 		}
 		names = append(names, mv.Name)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 )
 
@@ -34,15 +33,15 @@ func TestStagedPlanMatchesPlan(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			staged := 0
+			n := 0 // staged kernels
 			for _, l := range p.launches {
 				for _, k := range append(l.k.Phases, l.k) {
-					if kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage }) {
-						staged++
+					if staged(k) {
+						n++
 					}
 				}
 			}
-			if staged == 0 {
+			if n == 0 {
 				t.Fatalf("%s: no staged mat-vec in the one-row step", name)
 			}
 			src, _, _, _, err := render(p, tg, true)
@@ -74,9 +73,6 @@ func TestLaunchEarlyPicks(t *testing.T) {
 	p, err := newPlan(m, 64, 1)
 	if err != nil {
 		t.Fatal(err)
-	}
-	staged := func(k *kernel.Kernel) bool {
-		return kernel.Any(k.Body, func(s *kernel.Stmt) bool { return s.Op == kernel.SStage })
 	}
 	if launchEarly(p) != nil {
 		t.Fatal("JITLLM_EARLY unset: kernels picked")
