@@ -209,7 +209,8 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	f.stageCTA = max(stageCTA, f.width)
 	// stages where a wait hides their copies, or where they copy ahead
 	// (each iteration's copies hidden by the one before)
-	if f.staging = canStage(t, lk.Body, grid, f.width, f.stageCTA) && (f.dependent || (t.StageAhead && aheadable(grid))); f.staging {
+	stages := gridStages(t, k, lk.Body, grid)
+	if f.staging = stages > 0; f.staging {
 		f.ahead = t.StageAhead && aheadable(grid)
 		// the slots are the CTA's groups: a larger CTA would overrun them
 		f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", f.stageCTA)
@@ -265,7 +266,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	case f.width > 1:
 		mode = fmt.Sprintf("threads 0..%d of CTA 0 cooperate (launch at least %d threads)", f.width-1, f.width)
 	}
-	if err := f.checkStages(k, t); err != nil {
+	if err := f.checkStages(k, stages); err != nil {
 		return "", err
 	}
 	return f.text(lk.Doc, mode, params, blockShared(lk.Body, t.WGMMA), 8*f.width/32), nil

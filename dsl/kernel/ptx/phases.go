@@ -165,7 +165,7 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	}
 	mode := fmt.Sprintf("%d phases, each a loop spread over the grid (group-stride), a grid barrier between: %s; "+
 		"CTAs of %d (a multiple of 32 where no group is wider), every CTA resident at once", len(ps), strings.Join(names, ", "), w)
-	if err := f.checkStages(k, t); err != nil {
+	if err := f.checkStages(k, phasedStages(t, ps, w)); err != nil {
 		return "", err
 	}
 	return f.text(k.Doc, mode, append(params, barDecl...), 0, 8*w/32), nil

@@ -102,25 +102,17 @@ func (l Launch) CTA(threads, max int) int {
 // Plan is the launch of k rendered for t.
 func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 	if len(k.Phases) > 0 {
-		_, w, err := lowerPhases(k, t) // no shared memory: phases hold no block statements
+		ps, w, err := lowerPhases(k, t) // no block statements: only the stages' shared memory
 		if err != nil {
 			return Launch{}, err
 		}
-		st, err := stageShared(k, t)
-		if err != nil {
-			return Launch{}, err
-		}
-		return Launch{Group: w, Resident: true, Stages: st}, nil
+		return Launch{Group: w, Resident: true, Stages: phasedStages(t, ps, w)}, nil
 	}
 	lk, g, err := lower(k, t)
 	if err != nil {
 		return Launch{}, err
 	}
-	st, err := stageShared(k, t)
-	if err != nil {
-		return Launch{}, err
-	}
-	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body, t.WGMMA), Stages: st}
+	l := Launch{Group: width(lk.Body), Shared: blockShared(lk.Body, t.WGMMA), Stages: gridStages(t, k, lk.Body, g)}
 	if g != nil {
 		l.Loop = g.Var.Name
 	}

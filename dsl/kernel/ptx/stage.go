@@ -60,15 +60,11 @@ func stageRegion(body []*kernel.Stmt) int {
 }
 
 // checkStages fails where the stages rendered take other than the shared
-// memory Plan gives the launch (Launch.Stages): a CTA given less would
-// overrun it.
-func (f *fn) checkStages(k *kernel.Kernel, t Target) error {
-	n, err := stageShared(k, t)
-	if err != nil {
-		return err
-	}
-	if n != f.stageBytes {
-		return fmt.Errorf("ptx: kernel %s: stages rendered in %d bytes of shared memory, planned %d", k.Name, f.stageBytes, n)
+// memory Plan gives the launch (Launch.Stages, planned bytes): a CTA
+// given less would overrun it.
+func (f *fn) checkStages(k *kernel.Kernel, planned int) error {
+	if planned != f.stageBytes {
+		return fmt.Errorf("ptx: kernel %s: stages rendered in %d bytes of shared memory, planned %d", k.Name, f.stageBytes, planned)
 	}
 	return nil
 }
@@ -99,35 +95,30 @@ func stageRegionFor(t Target, grid *kernel.Stmt) int {
 	return r
 }
 
-// stageShared is the shared memory kernel k's stages take a CTA rendered
-// for t (Launch.Stages): a grid kernel's where a wait hides its copies or
-// they copy ahead, a phased kernel's most of any phase's.
-func stageShared(k *kernel.Kernel, t Target) (int, error) {
-	if len(k.Phases) > 0 {
-		ps, w, err := lowerPhases(k, t)
-		if err != nil {
-			return 0, err
-		}
-		cta := max(stageCTA, w)
-		n := 0
-		for _, p := range ps {
-			if canStage(t, p.k.Body, p.grid, p.width, cta) {
-				n = max(n, stageRegionFor(t, p.grid)*stageSlots(p.width, cta))
-			}
-		}
-		return n, nil
-	}
-	lk, g, err := lower(k, t)
-	if err != nil {
-		return 0, err
-	}
-	w := width(lk.Body)
+// gridStages is the shared memory a grid kernel's stages take a CTA
+// rendered for t (Launch.Stages): k lowered to body, its grid loop grid;
+// where a wait hides their copies or they copy ahead.
+func gridStages(t Target, k *kernel.Kernel, body []*kernel.Stmt, grid *kernel.Stmt) int {
+	w := width(body)
 	cta := max(stageCTA, w)
 	dependent := t.Dependent != nil && t.Dependent(k)
-	if !canStage(t, lk.Body, g, w, cta) || (!dependent && !(t.StageAhead && aheadable(g))) {
-		return 0, nil
+	if !canStage(t, body, grid, w, cta) || (!dependent && !(t.StageAhead && aheadable(grid))) {
+		return 0
 	}
-	return stageRegionFor(t, g) * stageSlots(w, cta), nil
+	return stageRegionFor(t, grid) * stageSlots(w, cta)
+}
+
+// phasedStages is a phased kernel's (its phases ps, lowered, in CTAs of
+// the widest group w): the most of any phase's.
+func phasedStages(t Target, ps []phase, w int) int {
+	cta := max(stageCTA, w)
+	n := 0
+	for _, p := range ps {
+		if canStage(t, p.k.Body, p.grid, p.width, cta) {
+			n = max(n, stageRegionFor(t, p.grid)*stageSlots(p.width, cta))
+		}
+	}
+	return n
 }
 
 // stageStart sets up the stages of grid loop s's body for this thread's
@@ -139,7 +130,7 @@ func (f *fn) stageStart(s *kernel.Stmt, tid string) {
 	if !f.staging || r == 0 {
 		return
 	}
-	if f.stageOnce {
+	if f.stageOnce && !f.ahead { // copying ahead copies every iteration's
 		f.firstIter = f.reg(cPred)
 		f.ins("setp.eq.u32 %s, 0, 0", f.firstIter)
 	}
