@@ -132,12 +132,8 @@ func TestFloatPlans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cpu := cpuRunner(t, m, exec.Options{Context: 64})
 		agree(t, cpu, newHostExec(p), 1, tolerance(c.model))
-		cpu.Close()
 	}
 }
 

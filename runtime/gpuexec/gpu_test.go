@@ -31,6 +31,18 @@ func gpuRunner(t testing.TB, m *exec.Model, opt exec.Options) *Runner {
 	return r
 }
 
+// cpuRunner is the reference runner the GPU's tokens are checked against,
+// closed when the test ends.
+func cpuRunner(t testing.TB, m *exec.Model, opt exec.Options) *exec.Runner {
+	t.Helper()
+	r, err := exec.NewRunner(m, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
 // Greedy generation of 32 tokens on the GPU equals the CPU runner's, token
 // for token, with logits within tolerance(model) at every step.
 func TestGPUMatchesCPU(t *testing.T) {
@@ -38,11 +50,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 	for _, name := range models {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name)
-			cpu, err := exec.NewRunner(m, exec.Options{Context: 128})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cpu.Close()
+			cpu := cpuRunner(t, m, exec.Options{Context: 128})
 			// the decode attention as the heads choose it, then as
 			// AttentionBlock whatever the heads, then so with the long
 			// step (AttentionBlockSplit) from position 16; then without
@@ -90,11 +98,7 @@ func TestGPUForwardRows(t *testing.T) {
 	for _, name := range models {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name)
-			cpu, err := exec.NewRunner(m, exec.Options{Context: 128, MaxBatch: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cpu.Close()
+			cpu := cpuRunner(t, m, exec.Options{Context: 128, MaxBatch: 16})
 			g := gpuRunner(t, m, exec.Options{Context: 128})
 			agreeRows(t, cpu, g, tolerance(name))
 			cpu.Truncate(0)

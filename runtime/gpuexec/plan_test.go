@@ -354,11 +354,7 @@ func TestPlanMatchesCPU(t *testing.T) {
 	for _, name := range models {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name)
-			cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cpu.Close()
+			cpu := cpuRunner(t, m, exec.Options{Context: 64})
 			// prefill steps of 4 rows: the 7-token prompt is a full chunk
 			// and a padded one
 			p, err := newPlan(m, 64, 4)
@@ -382,11 +378,7 @@ func TestPlanMatchesCPU(t *testing.T) {
 // generates what the CPU runner generates.
 func TestResidentF16PlanMatchesCPU(t *testing.T) {
 	m := loadModel(t, "synthetic/tiny256-Q4_K_M.gguf")
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 64})
 	shared, err := newPlanTiles(m, 64, 4, true, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -548,11 +540,7 @@ func TestDecodeAttentionBlock(t *testing.T) {
 	if count["attention"] != layers || count["split"] != 0 || count["quantize"] != layers {
 		t.Errorf("decode step: %v, want %d quantizing block attentions, no split, %d quantizers (the SwiGLU's)", count, layers, layers)
 	}
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 64})
 	agree(t, cpu, newHostExec(p), 4, tolerance(name))
 }
 
@@ -601,12 +589,8 @@ func TestDecodeAttentionSplitLong(t *testing.T) {
 				t.Errorf("%s: position %d runs long step %d, want %d", c.name, pos, got, want)
 			}
 		}
-		cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cpu := cpuRunner(t, m, exec.Options{Context: 64})
 		agree(t, cpu, newHostExec(p), 20, tolerance(c.name))
-		cpu.Close()
 		short, err := newPlan(m, 20, 4)
 		if err != nil {
 			t.Fatal(err)
@@ -732,11 +716,7 @@ func TestQ6_KAPlanMatchesCPU(t *testing.T) {
 	if len(uses["0"]) > 0 {
 		t.Errorf("JITLLM_Q6KA=0 still reads Q6_KA: %v", uses["0"])
 	}
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 64})
 	agree(t, cpu, newHostExec(plans["1"]), 2, tolerance(name))
 	agree(t, newHostExec(plans["0"]), newHostExec(plans["1"]), 2, 1e-3)
 }
@@ -877,11 +857,7 @@ func TestAttentionQ8_0ForQ4_K(t *testing.T) {
 	if len(p.launches) != len(plain.launches)-layers {
 		t.Errorf("%d launches a step, want %d (JITLLM_ATTN_Q8_0=0: %d)", len(p.launches), len(plain.launches)-layers, len(plain.launches))
 	}
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 64})
 	agree(t, cpu, newHostExec(p), 4, tolerance(name))
 }
 
@@ -944,11 +920,7 @@ func TestVerifyPlanMatchesCPU(t *testing.T) {
 	for _, name := range models {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name)
-			cpu, err := exec.NewRunner(m, exec.Options{Context: 64, MaxBatch: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cpu.Close()
+			cpu := cpuRunner(t, m, exec.Options{Context: 64, MaxBatch: 16})
 			p, err := newPlan(m, 64, 16)
 			if err != nil {
 				t.Fatal(err)

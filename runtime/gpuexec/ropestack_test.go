@@ -51,11 +51,7 @@ func ropeStackPlan(t *testing.T, name string) {
 	if _, _, _, _, err := render(p, ptx.Target{SM: 90}, true); err != nil {
 		t.Fatal(err)
 	}
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 64})
 	agree(t, cpu, newHostExec(p), 16, tolerance(name))
 }
 
@@ -67,11 +63,7 @@ func TestGPURopeStack(t *testing.T) {
 	for _, name := range []string{"synthetic/tiny256-Q4_K_M.gguf", "synth:llama-3.2-1b/Q4_K_M"} {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name)
-			cpu, err := exec.NewRunner(m, exec.Options{Context: 128})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cpu.Close()
+			cpu := cpuRunner(t, m, exec.Options{Context: 128})
 			agree(t, cpu, gpuRunner(t, m, exec.Options{Context: 128}), 32, tolerance(name))
 		})
 	}

@@ -88,12 +88,8 @@ func TestTunedPlanMatchesCPU(t *testing.T) {
 		if n == 0 {
 			t.Errorf("%s: no mat-vec in the tuned shape", name)
 		}
-		cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cpu := cpuRunner(t, m, exec.Options{Context: 64})
 		agree(t, cpu, newHostExec(tp), 2, tolerance(name))
-		cpu.Close()
 	}
 }
 
@@ -107,11 +103,7 @@ func TestGPUTunedRunner(t *testing.T) {
 	m := loadModel(t, name)
 	dir := t.TempDir()
 	g := gpuRunner(t, m, exec.Options{Context: 128, Tune: tune.Quick, TuneDir: dir})
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 128})
 	agree(t, cpu, g, 16, tolerance(name))
 	cache := tune.AtDevice(dir, deviceKey(g.c))
 	if cache.Len() != len(g.p.dots)+len(g.p.products) || len(g.p.products) == 0 {
@@ -185,11 +177,7 @@ func TestTunedBlocksPlanMatchesCPU(t *testing.T) {
 			t.Errorf("a tuned product runs %s, want %s", l.k.Name, want)
 		}
 	}
-	cpu, err := exec.NewRunner(m, exec.Options{Context: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu := cpuRunner(t, m, exec.Options{Context: 64})
 	agree(t, cpu, newHostExec(tp), 2, tolerance(name))
 	// a block outside prefillBlocks in the cache: measured again (and with
 	// no device, an error)
