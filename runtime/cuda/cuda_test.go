@@ -151,6 +151,102 @@ func TestLaunchGraphAndEvents(t *testing.T) {
 	t.Logf("two graph replays %.3f ms; %d of %d MiB free", ms, free>>20, total>>20)
 }
 
+// A second stream forked from a captured one (Stream.Wait on an event
+// recorded there) and joined back before the capture ends: the graph holds
+// both branches, each launch's result as if run on one stream.
+func TestCaptureForkJoin(t *testing.T) {
+	c := needGPU(t)
+	m, err := c.LoadPTX(saxpyPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unload()
+	f, err := m.Function("saxpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1 << 20
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	var bufs [3]Buffer // x, y on the main stream, z on the side
+	for i := range bufs {
+		if bufs[i], err = c.Alloc(4 * n); err != nil {
+			t.Fatal(err)
+		}
+		defer bufs[i].Free()
+		if err := bufs[i].Upload(f32bytes(ones)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var streams [2]*Stream
+	for i := range streams {
+		if streams[i], err = c.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		defer streams[i].Destroy()
+	}
+	s, side := streams[0], streams[1]
+	ev, err := c.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	args := func(x, y Buffer, k float32) *Args {
+		a := NewArgs(4)
+		a.Set(0, x.Ptr)
+		a.Set(1, y.Ptr)
+		a.SetF32(2, k)
+		a.Set(3, n)
+		return a
+	}
+	grid, block := Dim3{n / 256, 1, 1}, Dim3{256, 1, 1}
+	// y += 2x; then on the side z += 3y (after the fork: y = 3); y += 2x again
+	g, err := s.Capture(func() error {
+		if err := f.Launch(grid, block, 0, s, args(bufs[0], bufs[1], 2)); err != nil {
+			return err
+		}
+		if err := ev.Record(s); err != nil {
+			return err
+		}
+		if err := side.Wait(ev); err != nil {
+			return err
+		}
+		if err := f.Launch(grid, block, 0, side, args(bufs[1], bufs[2], 3)); err != nil {
+			return err
+		}
+		if err := ev.Record(side); err != nil {
+			return err
+		}
+		if err := f.Launch(grid, block, 0, s, args(bufs[0], bufs[0], 0)); err != nil { // x += 0·x: on the main branch beside the side's
+			return err
+		}
+		return s.Wait(ev)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	if err := g.Launch(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []float32{1, 3, 10} {
+		out := make([]byte, 4*n)
+		if err := bufs[i].Download(out); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < n; j += 4099 {
+			if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*j:])); got != want {
+				t.Fatalf("buffer %d [%d] = %g, want %g", i, j, got, want)
+			}
+		}
+	}
+}
+
 func TestBadPTXReportsLog(t *testing.T) {
 	c := needGPU(t)
 	_, err := c.LoadPTX(".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry k() { bogus; }")

@@ -67,7 +67,7 @@ var api struct {
 var hot struct {
 	cuCtxSetCurrent, cuStreamSynchronize, cuGraphLaunch, cuEventRecord         uintptr
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemcpyPeerAsync uintptr
-	cuLaunchKernel                                                             uintptr
+	cuLaunchKernel, cuStreamWaitEvent                                          uintptr
 	cuLaunchKernelEx                                                           uintptr // optional: 0 where the driver predates it (CUDA 11.8)
 }
 
@@ -87,6 +87,7 @@ var hotSymbols = []struct {
 	{&hot.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", false},
 	{&hot.cuMemcpyPeerAsync, "cuMemcpyPeerAsync", false},
 	{&hot.cuLaunchKernel, "cuLaunchKernel", false},
+	{&hot.cuStreamWaitEvent, "cuStreamWaitEvent", false},
 	{&hot.cuLaunchKernelEx, "cuLaunchKernelEx", true},
 }
 

@@ -21,6 +21,14 @@ func (s *Stream) Synchronize() error {
 	return check("cuStreamSynchronize", ccall(hot.cuStreamSynchronize, 1, [11]uintptr{s.s}))
 }
 
+// Wait makes the work enqueued on s after it wait for the work before e's
+// latest record (cuStreamWaitEvent): how a second stream forks from another
+// and joins it again, in a captured graph as on live streams.
+func (s *Stream) Wait(e *Event) error {
+	defer s.c.enter()()
+	return check("cuStreamWaitEvent", ccall(hot.cuStreamWaitEvent, 3, [11]uintptr{s.s, e.e, 0}))
+}
+
 // Destroy frees the stream.
 func (s *Stream) Destroy() error {
 	defer s.c.enter()()
@@ -71,7 +79,8 @@ func (g *Graph) Destroy() error {
 	return check("cuGraphDestroy", api.cuGraphDestroy(g.g))
 }
 
-// Event marks a point in a stream, for timing.
+// Event marks a point in a stream: for timing, and for another stream to
+// wait on (Stream.Wait).
 type Event struct {
 	e uintptr
 	c *Context

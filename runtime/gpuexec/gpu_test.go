@@ -58,18 +58,19 @@ func TestGPUMatchesCPU(t *testing.T) {
 			// phased steps (phases.go), with and without the long step;
 			// then with staged mat-vecs (stagedmv.go), alone and phased,
 			// and copying ahead in resident grids (alone and phased); then
-			// with the RopeKV stacks of two types in one launch
+			// with the RopeKV stacks of two types in one launch; then
+			// warming the next weights on a second stream (warm.go)
 			defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
 			tiers, early := decodeSplits, []splitTier{{from: 16, chunks: 16}, {from: 24, chunks: 32}}
 			for _, c := range []struct {
-				heads                                  int
-				splits                                 []splitTier
-				dependent, phases, stage, ahead, stack string
-			}{{decodeBlockHeads, tiers, "", "", "", "", ""}, {1, tiers, "", "", "", "", ""}, {1, early, "", "", "", "", ""}, {decodeBlockHeads, tiers, "0", "", "", "", ""},
-				{decodeBlockHeads, tiers, "", "all", "", "", ""}, {1, early, "", "4", "", "", ""},
-				{decodeBlockHeads, early, "", "", "65536", "", ""}, {decodeBlockHeads, tiers, "", "4", "65536", "", ""},
-				{decodeBlockHeads, early, "", "", "65536", "1", ""}, {decodeBlockHeads, tiers, "", "all", "65536", "1", ""},
-				{1, early, "", "", "", "", "1"}} {
+				heads                                        int
+				splits                                       []splitTier
+				dependent, phases, stage, ahead, stack, warm string
+			}{{decodeBlockHeads, tiers, "", "", "", "", "", ""}, {1, tiers, "", "", "", "", "", ""}, {1, early, "", "", "", "", "", ""}, {decodeBlockHeads, tiers, "0", "", "", "", "", ""},
+				{decodeBlockHeads, tiers, "", "all", "", "", "", ""}, {1, early, "", "4", "", "", "", ""},
+				{decodeBlockHeads, early, "", "", "65536", "", "", ""}, {decodeBlockHeads, tiers, "", "4", "65536", "", "", ""},
+				{decodeBlockHeads, early, "", "", "65536", "1", "", ""}, {decodeBlockHeads, tiers, "", "all", "65536", "1", "", ""},
+				{1, early, "", "", "", "", "1", ""}, {decodeBlockHeads, early, "", "", "", "", "", "1"}} {
 				decodeBlockHeads, decodeSplits = c.heads, c.splits
 				t.Setenv("JITLLM_DEPENDENT_LAUNCH", c.dependent)
 				t.Setenv("JITLLM_PHASES", c.phases)
@@ -77,6 +78,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 				t.Setenv("JITLLM_STAGE_AHEAD", c.ahead)
 				t.Setenv("JITLLM_STAGE_GRID", c.ahead)
 				t.Setenv("JITLLM_ROPE_STACK", c.stack)
+				t.Setenv("JITLLM_WARM", c.warm)
 				cpu.Truncate(0)
 				g := gpuRunner(t, m, exec.Options{Context: 128})
 				agree(t, cpu, g, 32, tolerance(name))

@@ -101,6 +101,7 @@ type launch struct {
 	k    *kernel.Kernel
 	args []any
 	node int
+	side bool // on the runner's second stream, joined at the step's end (warm.go)
 }
 
 // plan is a graph lowered, independent of any device, twice over the same

@@ -262,7 +262,7 @@ func TestGPUStepWithout(t *testing.T) {
 				cs = append(cs, r.calls[i])
 			}
 		}
-		g, err := r.s.Capture(func() error { return launchCalls(cs, r.s) })
+		g, err := r.s.Capture(func() error { return launchCalls(cs, r.s, r.fork) })
 		if err != nil {
 			t.Fatal(err)
 		}

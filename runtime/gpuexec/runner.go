@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -36,6 +37,7 @@ type Runner struct {
 	vgraphs []*cuda.Graph // vcalls captured
 	noGraph bool          // plain launches (SetGraphs(false), or capture failed)
 	capErr  error         // why capture failed, if it did
+	fork    *fork         // the second stream of the one-row steps' side launches (nil: none)
 
 	pos      int
 	stepHost []byte // the step bytes, in pinned
@@ -61,6 +63,7 @@ type call struct {
 	args        *cuda.Args
 	dependent   bool // launched for programmatic dependent launch (dependentLaunch)
 	resident    bool // every CTA resident at once (a phased kernel: cuda.Function.LaunchResident)
+	side        bool // on the runner's second stream (launch.side)
 }
 
 // threadsPerBlock is the CTA size of every grid kernel (launch shape never
@@ -136,6 +139,7 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 			return nil, fmt.Errorf("gpuexec: %w", err)
 		}
 	}
+	p.warm(warmBytes()) // after the phases: its side launches would cut their runs
 	r := &Runner{m: m, opt: opt, p: p, c: c}
 	if err := r.bind(); err != nil {
 		r.Close()
@@ -176,11 +180,11 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 		// with the waits they ran 9% slower even launched as usual (H200)
 		decode := map[*kernel.Kernel]bool{am: true}
 		for _, l := range p.launches {
-			decode[l.k] = true
+			decode[l.k] = !l.side
 		}
 		for _, ls := range p.longs {
 			for _, l := range ls.launches {
-				decode[l.k] = true
+				decode[l.k] = !l.side
 			}
 		}
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }
@@ -353,7 +357,7 @@ func (r *Runner) bindOwn(setup bool) error {
 		if err != nil {
 			return err
 		}
-		if err := launchCalls(calls, nil); err != nil {
+		if err := launchCalls(calls, nil, nil); err != nil {
 			return err
 		}
 		if err := r.c.Synchronize(); err != nil {
@@ -383,6 +387,9 @@ func (r *Runner) bindOwn(setup bool) error {
 		}
 	}
 	if r.s, err = r.c.NewStream(); err != nil {
+		return err
+	}
+	if r.fork, err = newFork(r.c, append([][]call{r.calls}, r.lcalls...)...); err != nil {
 		return err
 	}
 	rows := 1
@@ -493,7 +500,7 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 				fmt.Fprintf(os.Stderr, "phased %s: %d CTAs of %d (%d wanted)\n", l.k.Doc, grid.X, block.X, want)
 			}
 		}
-		calls = append(calls, call{fns[l.k], grid, block, shared, a, dependent && tg.Dependent != nil && tg.Dependent(l.k), resident})
+		calls = append(calls, call{fns[l.k], grid, block, shared, a, dependent && !l.side && tg.Dependent != nil && tg.Dependent(l.k), resident, l.side})
 	}
 	return calls, nil
 }
@@ -593,6 +600,7 @@ func (r *Runner) Close() {
 	if r.s != nil {
 		r.s.Destroy()
 	}
+	r.fork.destroy()
 	if r.c != nil {
 		r.c.Close()
 	}
@@ -858,7 +866,7 @@ func (r *Runner) prefillStep(toks []int32, out []float32, keep bool) error {
 	if err := r.bufs[r.p.step].UploadAsync(h, r.s); err != nil {
 		return err
 	}
-	if err := launchCalls(r.pcalls, r.s); err != nil {
+	if err := launchCalls(r.pcalls, r.s, nil); err != nil {
 		return err
 	}
 	return r.finish(r.p.plogits, out, keep)
@@ -879,7 +887,7 @@ func (r *Runner) enqueue() error {
 // it on first use (plain launches without graphs).
 func (r *Runner) replay(calls []call, graph **cuda.Graph) error {
 	if !r.noGraph && *graph == nil {
-		g, err := r.s.Capture(func() error { return launchCalls(calls, r.s) })
+		g, err := r.s.Capture(func() error { return launchCalls(calls, r.s, r.fork) })
 		if err != nil {
 			r.noGraph, r.capErr = true, err
 		} else {
@@ -889,18 +897,72 @@ func (r *Runner) replay(calls []call, graph **cuda.Graph) error {
 	if *graph != nil && !r.noGraph {
 		return (*graph).Launch(r.s)
 	}
-	return launchCalls(calls, r.s)
+	return launchCalls(calls, r.s, r.fork)
 }
 
-func (r *Runner) launchAll() error { return launchCalls(r.calls, r.s) }
+func (r *Runner) launchAll() error { return launchCalls(r.calls, r.s, r.fork) }
 
-// launchCalls enqueues cs in order on s (nil: the default stream).
-func launchCalls(cs []call, s *cuda.Stream) error {
+// launchCalls enqueues cs in order on s (nil: the default stream), the
+// side calls on f's stream where f is not nil: forked from s before each
+// run of them, joined back to s after the last (a captured step's graph
+// then ends only when its side branch has).
+func launchCalls(cs []call, s *cuda.Stream, f *fork) error {
+	forked := false
 	for i := range cs {
 		c := &cs[i]
-		if err := c.launch(s); err != nil {
+		on := s
+		if c.side && f != nil {
+			if i == 0 || !cs[i-1].side {
+				if err := f.ev.Record(s); err != nil {
+					return err
+				}
+				if err := f.s.Wait(f.ev); err != nil {
+					return err
+				}
+			}
+			on, forked = f.s, true
+		}
+		if err := c.launch(on); err != nil {
 			return err
 		}
 	}
-	return nil
+	if !forked {
+		return nil
+	}
+	if err := f.ev.Record(f.s); err != nil {
+		return err
+	}
+	return s.Wait(f.ev)
+}
+
+// fork is a runner's second stream, for its steps' side launches
+// (warm.go), and the event that forks it from the main stream and joins it
+// back.
+type fork struct {
+	s  *cuda.Stream
+	ev *cuda.Event
+}
+
+// newFork makes a fork where any of calls runs on the side (else nil).
+func newFork(c *cuda.Context, calls ...[]call) (*fork, error) {
+	if !slices.ContainsFunc(calls, func(cs []call) bool { return slices.ContainsFunc(cs, func(c call) bool { return c.side }) }) {
+		return nil, nil
+	}
+	s, err := c.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	ev, err := c.NewEvent()
+	if err != nil {
+		s.Destroy()
+		return nil, err
+	}
+	return &fork{s, ev}, nil
+}
+
+func (f *fork) destroy() {
+	if f != nil {
+		f.ev.Destroy()
+		f.s.Destroy()
+	}
 }

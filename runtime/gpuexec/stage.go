@@ -170,7 +170,7 @@ func (r *Runner) stageStep(toks []int32, in []float32, src cuda.Buffer, n int, d
 		if err := r.enqueue(); err != nil {
 			return nil, err
 		}
-	} else if err := launchCalls(r.pcalls, r.s); err != nil {
+	} else if err := launchCalls(r.pcalls, r.s, nil); err != nil {
 		return nil, err
 	}
 	var out []float32

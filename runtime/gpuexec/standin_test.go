@@ -17,13 +17,14 @@ import (
 // without a GPU; TestGPUDecodeAllocs measures it on one.
 func TestDecodeAllocsStandIn(t *testing.T) {
 	cudatest.Run(t, "TestDecodeAllocsStandIn", "allocations a step", func(t *testing.T) {
-		// plain launches, then phased steps (resident launches, phases.go)
-		for _, phases := range []string{"", "all"} {
-			t.Setenv("JITLLM_PHASES", phases)
+		// plain launches, phased steps (resident launches, phases.go), then
+		// warming on a second stream (warm.go: its fork and join each step)
+		for _, env := range [][2]string{{"JITLLM_PHASES", ""}, {"JITLLM_PHASES", "all"}, {"JITLLM_WARM", "1"}} {
+			t.Setenv(env[0], env[1])
 			decodeAllocs(t, func(graphs bool, what string, n float64) {
-				t.Logf("%s (graphs %v, JITLLM_PHASES=%q): %.1f allocations a step", what, graphs, phases, n)
+				t.Logf("%s (graphs %v, %s=%q): %.1f allocations a step", what, graphs, env[0], env[1], n)
 				if n != 0 {
-					t.Errorf("%s (graphs %v, JITLLM_PHASES=%q) allocates %.1f a step", what, graphs, phases, n)
+					t.Errorf("%s (graphs %v, %s=%q) allocates %.1f a step", what, graphs, env[0], env[1], n)
 				}
 			})
 		}
