@@ -66,6 +66,21 @@ DONE:
 }
 `
 
+// saxpy loads saxpyPTX on c, unloaded when the test ends.
+func saxpy(t *testing.T, c *Context) *Function {
+	t.Helper()
+	m, err := c.LoadPTX(saxpyPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Unload() })
+	f, err := m.Function("saxpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func f32bytes(x []float32) []byte {
 	b := make([]byte, 4*len(x))
 	for i, v := range x {
@@ -77,15 +92,7 @@ func f32bytes(x []float32) []byte {
 func TestLaunchGraphAndEvents(t *testing.T) {
 	c := needGPU(t)
 	t.Logf("%s, sm_%d%d, %d SMs, %.1f GiB", c.Device.Name, c.Device.Major, c.Device.Minor, c.Device.Multiprocessors, float64(c.Device.TotalMemory)/(1<<30))
-	m, err := c.LoadPTX(saxpyPTX)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unload()
-	f, err := m.Function("saxpy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := saxpy(t, c)
 	const n = 1 << 20
 	x, y := make([]float32, n), make([]float32, n)
 	for i := range x {
@@ -156,21 +163,14 @@ func TestLaunchGraphAndEvents(t *testing.T) {
 // both branches, each launch's result as if run on one stream.
 func TestCaptureForkJoin(t *testing.T) {
 	c := needGPU(t)
-	m, err := c.LoadPTX(saxpyPTX)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unload()
-	f, err := m.Function("saxpy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := saxpy(t, c)
 	const n = 1 << 20
 	ones := make([]float32, n)
 	for i := range ones {
 		ones[i] = 1
 	}
 	var bufs [3]Buffer // x, y on the main stream, z on the side
+	var err error
 	for i := range bufs {
 		if bufs[i], err = c.Alloc(4 * n); err != nil {
 			t.Fatal(err)
