@@ -141,12 +141,9 @@ func (p *plan) phase(tg ptx.Target, limit int) error {
 		}
 		return out, nil
 	}
-	var err error
-	if p.launches, err = fuse(p.launches); err != nil {
-		return err
-	}
-	for i := range p.longs {
-		if p.longs[i].launches, err = fuse(p.longs[i].launches); err != nil {
+	for _, ls := range p.oneRowSteps() {
+		var err error
+		if *ls, err = fuse(*ls); err != nil {
 			return err
 		}
 	}

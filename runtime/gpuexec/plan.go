@@ -1162,6 +1162,16 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	return p, nil
 }
 
+// oneRowSteps are the one-row steps' launches, the short step's then each
+// long step's: what a transform of decode steps rewrites alike.
+func (p *plan) oneRowSteps() []*[]launch {
+	steps := []*[]launch{&p.launches}
+	for i := range p.longs {
+		steps = append(steps, &p.longs[i].launches)
+	}
+	return steps
+}
+
 // decodeAt is the one-row step's launches at position pos.
 func (p *plan) decodeAt(pos int) []launch {
 	if t := p.longAt(pos); t >= 0 {

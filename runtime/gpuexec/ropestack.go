@@ -59,9 +59,8 @@ func (p *plan) stackRopeKV() {
 		}
 		return out
 	}
-	p.launches = merge(p.launches)
-	for i := range p.longs {
-		p.longs[i].launches = merge(p.longs[i].launches)
+	for _, ls := range p.oneRowSteps() {
+		*ls = merge(*ls)
 	}
 }
 

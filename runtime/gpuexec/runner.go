@@ -179,12 +179,11 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 		// that an early launch only takes the GPU's room, and rendered
 		// with the waits they ran 9% slower even launched as usual (H200)
 		decode := map[*kernel.Kernel]bool{am: true}
-		for _, l := range p.launches {
-			decode[l.k] = !l.side
-		}
-		for _, ls := range p.longs {
-			for _, l := range ls.launches {
-				decode[l.k] = !l.side
+		for _, ls := range p.oneRowSteps() {
+			for _, l := range *ls {
+				if !l.side { // a side launch waits for nothing on its stream (warm.go)
+					decode[l.k] = true
+				}
 			}
 		}
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }

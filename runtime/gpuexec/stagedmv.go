@@ -125,19 +125,15 @@ func launchEarly(p *plan) func(*kernel.Kernel) bool {
 		return nil
 	}
 	early := map[*kernel.Kernel]bool{}
-	mark := func(ls []launch) {
-		for i, l := range ls {
+	for _, ls := range p.oneRowSteps() {
+		for i, l := range *ls {
 			switch {
 			case mode == "light" && !strings.HasPrefix(l.k.Name, "MatVec"):
 				early[l.k] = true
-			case mode == "staged" && i+1 < len(ls) && staged(ls[i+1].k):
+			case mode == "staged" && i+1 < len(*ls) && staged((*ls)[i+1].k):
 				early[l.k] = true
 			}
 		}
-	}
-	mark(p.launches)
-	for _, ls := range p.longs {
-		mark(ls.launches)
 	}
 	return func(k *kernel.Kernel) bool { return early[k] }
 }

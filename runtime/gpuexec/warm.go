@@ -84,8 +84,7 @@ func (p *plan) warm(bytes int) {
 		}
 		return out
 	}
-	p.launches = warmed(p.launches)
-	for t := range p.longs {
-		p.longs[t].launches = warmed(p.longs[t].launches)
+	for _, ls := range p.oneRowSteps() {
+		*ls = warmed(*ls)
 	}
 }
