@@ -206,7 +206,7 @@ func entry(k *kernel.Kernel, t Target) (string, error) {
 	if f.width > 32 {
 		f.red = "red_" + paramName(0, lk.Name)
 	}
-	f.stageCTA = max(stageCTA, f.width)
+	f.stageCTA = ctaFor(f.width)
 	// stages where a wait hides their copies, or where they copy ahead
 	// (each iteration's copies hidden by the one before)
 	stages := gridStages(t, k, lk.Body, grid)

@@ -87,12 +87,9 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	var params []string
 	first := 0
 	var names []string
-	// the CTA the runtime launches (the widest group, or 128 threads), so
-	// ptxas budgets registers for it and the stages' slots fit
-	cta := 128
-	if w > 32 {
-		cta = w
-	}
+	// the CTA the runtime launches, so ptxas budgets registers for it and
+	// the stages' slots fit
+	cta := ctaFor(w)
 	f.stageCTA = cta
 	for i, p := range ps {
 		f.k, f.grid, f.width, f.lane, f.mask = p.k, p.grid, p.width, "", ""

@@ -27,9 +27,20 @@ import (
 const StageLimit = 96 << 10
 
 // stageCTA is the CTA a kernel's stages are sized for where its groups are
-// no wider than it: the runtime's CTA of grid kernels (the bound is
+// no wider than a warp: the runtime's CTA of grid kernels (the bound is
 // declared, so a larger launch fails rather than overruns the slots).
 const stageCTA = 128
+
+// ctaFor is the CTA a kernel of groups w wide is launched in (Launch.CTA:
+// a group wider than a warp is the whole CTA, else up to stageCTA
+// threads), which its stages' slots are sized for: a plain kernel's, a
+// phased one's (its widest group's), as planned and as rendered.
+func ctaFor(w int) int {
+	if w > 32 {
+		return w
+	}
+	return stageCTA
+}
 
 // pendingStage is a stage whose copies are issued and whose reads are not
 // yet bound: its buffer, the slot's shared address, the element offset's
@@ -100,7 +111,7 @@ func stageRegionFor(t Target, grid *kernel.Stmt) int {
 // where a wait hides their copies or they copy ahead.
 func gridStages(t Target, k *kernel.Kernel, body []*kernel.Stmt, grid *kernel.Stmt) int {
 	w := width(body)
-	cta := max(stageCTA, w)
+	cta := ctaFor(w)
 	dependent := t.Dependent != nil && t.Dependent(k)
 	if !canStage(t, body, grid, w, cta) || (!dependent && !(t.StageAhead && aheadable(grid))) {
 		return 0
@@ -111,7 +122,7 @@ func gridStages(t Target, k *kernel.Kernel, body []*kernel.Stmt, grid *kernel.St
 // phasedStages is a phased kernel's (its phases ps, lowered, in CTAs of
 // the widest group w): the most of any phase's.
 func phasedStages(t Target, ps []phase, w int) int {
-	cta := max(stageCTA, w)
+	cta := ctaFor(w)
 	n := 0
 	for _, p := range ps {
 		if canStage(t, p.k.Body, p.grid, p.width, cta) {

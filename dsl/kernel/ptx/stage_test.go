@@ -10,7 +10,10 @@ import (
 
 // stKernel sums the words of row i of w (rb bytes) into y[i] over groups
 // of 32 threads, the row staged first (room bytes).
-func stKernel(room int) *k.Kernel {
+func stKernel(room int) *k.Kernel { return stKernelW(room, 32) }
+
+// stKernelW is stKernel over groups of threads threads.
+func stKernelW(room, threads int) *k.Kernel {
 	b := k.New("st")
 	w, y := b.Buffer("w", k.U8), b.Buffer("y", k.U32)
 	rb := b.Scalar("rb", k.Int)
@@ -19,8 +22,39 @@ func stKernel(room int) *k.Kernel {
 		row := b.View("row", w, i.Mul(rb), 64)
 		b.Store(y, i, b.Sum("s", k.U32, 0, 16, func(j k.Expr) k.Expr { return row.Aligned(k.U32, j.Mul(4)) }))
 	})
-	b.Schedule("s_i", k.LoopSchedule{Threads: 32})
+	b.Schedule("s_i", k.LoopSchedule{Threads: threads})
 	return b.MustBuild()
+}
+
+// A group wider than a warp is launched as the whole CTA (Launch.CTA), so
+// a kernel of such groups, alone or as phases, has one slot a CTA: the
+// stages planned and rendered alike (stop 34: a phased kernel of 64-thread
+// groups was planned for CTAs of 128 and rendered for 64, and failed to
+// render; a plain one set aside twice the shared memory its CTA used).
+func TestStageSlotsFitTheCTA(t *testing.T) {
+	all := func(*k.Kernel) bool { return true }
+	pk, err := k.Phases("two", stKernelW(256, 64), stKernelW(512, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		k    *k.Kernel
+		tg   ptx.Target
+		want int // one slot: the largest stage's room (twice copying ahead)
+	}{{stKernelW(256, 64), ptx.Target{SM: 90, Dependent: all}, 256}, {stKernelW(256, 64), ptx.Target{SM: 90, StageAhead: true}, 512},
+		{pk, ptx.Target{SM: 90, Dependent: all}, 512}, {pk, ptx.Target{SM: 90, Dependent: all, StageAhead: true}, 1024}} {
+		l, err := ptx.Plan(c.k, c.tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := ptx.Render(c.k, c.tg)
+		if err != nil {
+			t.Fatalf("%s, %+v: %v", c.k.Name, c.tg, err)
+		}
+		if l.Stages != c.want || l.CTA(4096, 128) != 64 || !strings.Contains(src, ".maxntid 64, 1, 1") {
+			t.Errorf("%s, %+v: stages %d (want %d), CTA %d, bound %v", c.k.Name, c.tg, l.Stages, c.want, l.CTA(4096, 128), strings.Contains(src, ".maxntid 64, 1, 1"))
+		}
+	}
 }
 
 // A staged kernel rendered for dependent launch copies its group's range
