@@ -19,12 +19,13 @@ func TestDecodeAllocsStandIn(t *testing.T) {
 	cudatest.Run(t, "TestDecodeAllocsStandIn", "allocations a step", func(t *testing.T) {
 		// plain launches, phased steps (resident launches, phases.go), then
 		// warming on a second stream (warm.go: its fork and join each step)
-		for _, env := range [][2]string{{"JITLLM_PHASES", ""}, {"JITLLM_PHASES", "all"}, {"JITLLM_WARM", "1"}} {
-			t.Setenv(env[0], env[1])
+		for _, c := range []struct{ phases, warm string }{{"", ""}, {"all", ""}, {"", "1"}} {
+			t.Setenv("JITLLM_PHASES", c.phases)
+			t.Setenv("JITLLM_WARM", c.warm)
 			decodeAllocs(t, func(graphs bool, what string, n float64) {
-				t.Logf("%s (graphs %v, %s=%q): %.1f allocations a step", what, graphs, env[0], env[1], n)
+				t.Logf("%s (graphs %v, JITLLM_PHASES=%q JITLLM_WARM=%q): %.1f allocations a step", what, graphs, c.phases, c.warm, n)
 				if n != 0 {
-					t.Errorf("%s (graphs %v, %s=%q) allocates %.1f a step", what, graphs, env[0], env[1], n)
+					t.Errorf("%s (graphs %v, JITLLM_PHASES=%q JITLLM_WARM=%q) allocates %.1f a step", what, graphs, c.phases, c.warm, n)
 				}
 			})
 		}

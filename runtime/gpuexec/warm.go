@@ -2,6 +2,7 @@ package gpuexec
 
 import (
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
@@ -75,7 +76,7 @@ func (p *plan) warm(bytes int) {
 					}
 					side = append(side, launch{k: k, args: []any{view{w.a, w.off, n}, view{sums, 0, n / warmPiece}}, side: true})
 				}
-				out = append(out[:last+1], append(side, out[last+1:]...)...)
+				out = slices.Insert(out, last+1, side...)
 			}
 			out = append(out, l)
 			if len(ws) > 0 {
