@@ -39,6 +39,9 @@ type alloc struct {
 	// resident marks a resident f16 copy of a weight: written once by the
 	// setup launches, read-only after (constant, like init's)
 	resident bool
+	// cache marks a layer's k or v cache (the launches that read one are
+	// an attention's)
+	cache bool
 }
 
 // repack is a rewrite of a weight's bytes into its device layout that
@@ -528,8 +531,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	caches := func(n dsl.Node) (kc, vc int) {
 		if _, ok := kvs[n.Layer]; !ok {
 			dim := n.Attn.KVHeads * n.Attn.HeadDim
-			kc := p.add(alloc{name: fmt.Sprintf("k cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
-			vc := p.add(alloc{name: fmt.Sprintf("v cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim})
+			kc := p.add(alloc{name: fmt.Sprintf("k cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim, cache: true})
+			vc := p.add(alloc{name: fmt.Sprintf("v cache %d", n.Layer), kind: kernel.U16, n: p.kvRows * dim, cache: true})
 			kvs[n.Layer] = [2]int{kc, vc}
 		}
 		return kvs[n.Layer][0], kvs[n.Layer][1]

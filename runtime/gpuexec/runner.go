@@ -139,7 +139,7 @@ func NewRunner(m *exec.Model, opt exec.Options) (*Runner, error) {
 			return nil, fmt.Errorf("gpuexec: %w", err)
 		}
 	}
-	p.warm(warmBytes()) // after the phases: its side launches would cut their runs
+	p.warm(warmBytes(), warmEvery()) // after the phases: its side launches would cut their runs
 	r := &Runner{m: m, opt: opt, p: p, c: c}
 	if err := r.bind(); err != nil {
 		r.Close()

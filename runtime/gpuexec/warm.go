@@ -22,6 +22,14 @@ import (
 // prefetches land); on a stream of its own no launch of the step waits for
 // the warming, and the step's graph joins it only at its end. The warming
 // reads and writes nothing the step reads, so the logits are the plan's.
+//
+// Warming after every weight-streaming launch (JITLLM_WARM_EVERY=1) was
+// slower on the H100 (stop 34: 8B 0.96 at 8 MiB, 0.85 at 32): most side
+// reads run beside a mat-vec's stream or its ramp and compete with it. So
+// by default a side launch warms only across an attention (a gap of light
+// launches that read a KV cache and little else): the o projection's
+// matrix, read into L2 while the attention's latency-bound launches leave
+// the memory idle.
 
 // warmPiece is the bytes a CTA of a warming launch reads (the read
 // ceiling's best piece at these sizes, stop 24's TestGPUReadCeiling).
@@ -37,6 +45,18 @@ func warmBytes() int {
 	return min(n, 1<<10) << 20
 }
 
+// warmEvery is JITLLM_WARM_EVERY=1: warm across every gap between
+// weight-streaming launches, not only those holding an attention.
+func warmEvery() bool { return os.Getenv("JITLLM_WARM_EVERY") == "1" }
+
+// readsCache reports whether launch l reads a layer's KV cache.
+func (p *plan) readsCache(l launch) bool {
+	return slices.ContainsFunc(l.args, func(a any) bool {
+		v, ok := a.(view)
+		return ok && p.allocs[v.a].cache
+	})
+}
+
 // weightViews are the views of launch l that stream stored weights: byte
 // buffers the model uploads (constant), of at least a warming piece.
 func (p *plan) weightViews(l launch) []view {
@@ -50,10 +70,11 @@ func (p *plan) weightViews(l launch) []view {
 }
 
 // warm puts warming launches into the one-row steps (the short and the
-// long ones): after each launch that streams weights, a side launch
-// reading the first bytes of the next such launch's matrices, split
-// evenly among them.
-func (p *plan) warm(bytes int) {
+// long ones): after each launch that streams weights and is followed by an
+// attention before the next one (every, all of them), side launches
+// reading the first bytes of the next such launch's matrices, split evenly
+// among them.
+func (p *plan) warm(bytes int, every bool) {
 	if bytes < warmPiece {
 		return
 	}
@@ -64,7 +85,7 @@ func (p *plan) warm(bytes int) {
 		last := -1 // out's index of the last launch that streams weights
 		for _, l := range ls {
 			ws := p.weightViews(l)
-			if len(ws) > 0 && last >= 0 {
+			if len(ws) > 0 && last >= 0 && (every || slices.ContainsFunc(out[last+1:], p.readsCache)) {
 				var side []launch
 				for _, w := range ws {
 					n := min(bytes/len(ws), w.n) / warmPiece * warmPiece
