@@ -82,7 +82,7 @@ func stageRows() int {
 // stageShape is sh staging mat-vec d's rows where the knobs ask for it and
 // they fit: a group's rows a matrix at most JITLLM_STAGE bytes, whole
 // 16-byte copies, the CTA's groups (threadsPerBlock threads, or one wider
-// group) within launchStageRoom (a phased step's: the renderer's
+// group: ptx.StageSlots) within launchStageRoom (a phased step's: the renderer's
 // ptx.StageLimit). A staged shape does not also prefetch.
 func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	limit := stageBytes()
@@ -98,7 +98,7 @@ func stageShape(sh ops.DotShape, d dotKey) ops.DotShape {
 	if d.form == "SwiGLU" {
 		mats = 2
 	}
-	slots := max(threadsPerBlock/max(sh.Threads, 32), 1)
+	slots := ptx.StageSlots(max(sh.Threads, 32)) // as rendered: a group wider than a warp is its CTA
 	if stageAhead() {
 		slots *= 2 // a copy ahead beside each
 	}

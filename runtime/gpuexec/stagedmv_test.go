@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jitllm/jitllm/dsl/kernel/ptx"
+	"github.com/jitllm/jitllm/kernels/ops"
+	"github.com/jitllm/jitllm/kernels/quant"
 )
 
 // A plan whose one-row mat-vecs stage their rows (JITLLM_STAGE) computes
@@ -113,6 +115,26 @@ func TestLaunchEarlyPicks(t *testing.T) {
 		}
 		if before == 0 {
 			t.Errorf("%s: no kernel renders its next launch before its wait", mode)
+		}
+	}
+}
+
+// stageShape counts a CTA's slots as the renderer lays them out
+// (ptx.StageSlots): a group of 64 threads is its CTA, one slot, so rows
+// that fit launchStageRoom once are staged there; a warp's group shares a
+// CTA of four, so the same rows are not.
+func TestStageShapeCountsTheCTAsSlots(t *testing.T) {
+	t.Setenv("JITLLM_STAGE", "65536")
+	t.Setenv("JITLLM_STAGE_AHEAD", "")
+	t.Setenv("JITLLM_PHASES", "")
+	d := dotKey{t: quant.Q8_0, rows: 4096, cols: 14336} // 15232 bytes a row: 30464 a group of two
+	for _, c := range []struct {
+		threads int
+		staged  bool
+	}{{64, true}, {128, true}, {32, false}} {
+		sh := stageShape(ops.DotShape{Rows: 2, Threads: c.threads, Unroll: 2}, d)
+		if got := sh.Stage > 0; got != c.staged {
+			t.Errorf("groups of %d threads: staged %v (%d bytes), want %v", c.threads, got, sh.Stage, c.staged)
 		}
 	}
 }

@@ -83,6 +83,11 @@ func (f *fn) checkStages(k *kernel.Kernel, planned int) error {
 // stageSlots is the groups of width threads a CTA of cta threads holds.
 func stageSlots(width, cta int) int { return max(cta/max(width, 1), 1) }
 
+// StageSlots is the slots a CTA of a grid kernel with groups width wide
+// holds (one a group of the CTA it is launched in, ctaFor): what a planner
+// multiplies a group's stage by to know a CTA's shared memory.
+func StageSlots(width int) int { return stageSlots(width, ctaFor(width)) }
+
 // canStage reports whether kernel body k (lowered, its grid loop grid, its
 // groups width wide, in CTAs of cta) renders its stages: on sm_80 and
 // later, with no block or tile statements beside them, the slots within
