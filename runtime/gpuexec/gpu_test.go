@@ -59,7 +59,8 @@ func TestGPUMatchesCPU(t *testing.T) {
 			// then with staged mat-vecs (stagedmv.go), alone and phased,
 			// and copying ahead in resident grids (alone and phased); then
 			// with the RopeKV stacks of two types in one launch; then
-			// warming the next weights on a second stream (warm.go)
+			// warming the next weights on a second stream (warm.go); then
+			// neither staged nor stacked (the defaults stage and stack)
 			defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
 			tiers, early := decodeSplits, []splitTier{{from: 16, chunks: 16}, {from: 24, chunks: 32}}
 			for _, c := range []struct {
@@ -70,7 +71,8 @@ func TestGPUMatchesCPU(t *testing.T) {
 				{decodeBlockHeads, tiers, "", "all", "", "", "", ""}, {1, early, "", "4", "", "", "", ""},
 				{decodeBlockHeads, early, "", "", "65536", "", "", ""}, {decodeBlockHeads, tiers, "", "4", "65536", "", "", ""},
 				{decodeBlockHeads, early, "", "", "65536", "1", "", ""}, {decodeBlockHeads, tiers, "", "all", "65536", "1", "", ""},
-				{1, early, "", "", "", "", "1", ""}, {decodeBlockHeads, early, "", "", "", "", "", "1"}} {
+				{1, early, "", "", "", "", "1", ""}, {decodeBlockHeads, early, "", "", "", "", "", "1"},
+				{decodeBlockHeads, tiers, "", "", "0", "", "0", ""}} {
 				decodeBlockHeads, decodeSplits = c.heads, c.splits
 				t.Setenv("JITLLM_DEPENDENT_LAUNCH", c.dependent)
 				t.Setenv("JITLLM_PHASES", c.phases)

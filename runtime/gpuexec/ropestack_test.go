@@ -8,7 +8,7 @@ import (
 	"github.com/jitllm/jitllm/runtime/exec"
 )
 
-// JITLLM_ROPE_STACK=1: a Q4_K_M model's blocks whose v projection is of
+// The RopeKV stacks (on unless JITLLM_ROPE_STACK=0): a Q4_K_M model's blocks whose v projection is of
 // another type than q and k take one RopeKV launch where they took two,
 // the long steps too, and the plan still agrees with the CPU runner (the
 // v rows' sums in the q and k rows' group width: not the two launches'
@@ -24,6 +24,7 @@ func TestRopeStackPlan(t *testing.T) {
 
 func ropeStackPlan(t *testing.T, name string) {
 	m := loadModel(t, name)
+	t.Setenv("JITLLM_ROPE_STACK", "0")
 	plain, err := newPlanTiles(m, 64, 4, true, 0)
 	if err != nil {
 		t.Fatal(err)
