@@ -81,17 +81,17 @@ run)
 				"$B/jitllm" speed "$f" -p 512 -n 128 -r 2 -devices cuda 2>&1 | grep -E '^\||load|error|reads' || true
 				echo "-- JITLLM_Q6KA=0 (Q6_K matrices in their stored layout)"
 				JITLLM_Q6KA=0 "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128|error|reads' || true
-				echo "-- staged mat-vecs (JITLLM_STAGE): all that fit, those of at most 6144 rows, copying ahead in resident grids (all, at most 6144 rows), the RopeKV stacks of two types in one launch, then plain again (docs/gpu.md)"
-				for v in "JITLLM_STAGE=65536" "JITLLM_STAGE=65536 JITLLM_STAGE_ROWS=6144" "JITLLM_STAGE=65536 JITLLM_STAGE_AHEAD=1 JITLLM_STAGE_GRID=1" \
-					"JITLLM_STAGE=65536 JITLLM_STAGE_ROWS=6144 JITLLM_STAGE_AHEAD=1 JITLLM_STAGE_GRID=1" "JITLLM_ROPE_STACK=1" "X=plain"; do
+				echo "-- the defaults' parts (docs/gpu.md): neither staged nor stacked, not stacked, not staged, every mat-vec staged, copying ahead in resident grids, the default again"
+				for v in "JITLLM_STAGE=0 JITLLM_ROPE_STACK=0" "JITLLM_ROPE_STACK=0" "JITLLM_STAGE=0" "JITLLM_STAGE_ROWS=0" \
+					"JITLLM_STAGE_AHEAD=1 JITLLM_STAGE_GRID=1" "X=default"; do
 					echo "   $v"
 					env $v "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				done
 				echo "-- phased steps, staged and copying ahead (JITLLM_PHASES=all; =2), by grid barrier: count, count without fences"
 				for b in count bare; do
-					JITLLM_STAGE=65536 JITLLM_STAGE_AHEAD=1 JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+					JITLLM_STAGE_AHEAD=1 JITLLM_PHASES=all JITLLM_PHASES_BARRIER=$b "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				done
-				JITLLM_STAGE=65536 JITLLM_PHASES=2 JITLLM_PHASES_BARRIER=count "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
+				JITLLM_PHASES=2 JITLLM_PHASES_BARRIER=count "$B/jitllm" speed "$f" -p 0 -n 128 -r 2 -devices cuda 2>&1 | grep -E 'tg128 |error' || true
 				echo "-- decode at depth 4096: the long step (AttentionBlockSplit), then without it"
 				"$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
 				JITLLM_ATTN_SPLIT_FROM=1000000 "$B/jitllm" speed "$f" -p 0 -n 64 -d 4096 -r 1 -devices cuda 2>&1 | grep -E 'tg64|error' || true
