@@ -77,6 +77,10 @@ func RMSNormQuantize(qk int) *k.Kernel {
 	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
 		base := b.Let("base", i.Mul(qk))
 		row := b.Let("row", base.Div(n).Mul(n)) // the block's row's first value
+		// the block's weights, which no launch writes, on their way into
+		// shared memory before the wait for the kernel before (in a
+		// decode step they come from DRAM, after the row's squares)
+		b.Stage(w, base.Sub(row), qk, qk)
 		ss := b.Sum("ss", k.F64, 0, n, func(j k.Expr) k.Expr {
 			xj := b.Let("xj", x.At(row.Add(j)))
 			return xj.Mul(xj).Cvt(k.F64)
