@@ -37,8 +37,7 @@ func phaseLimit() (limit int, on bool) {
 // fit on a multiprocessor (ptx.Target.PhaseCTAs; 0, the default: as
 // ptxas allocates).
 func phaseCTAs() int {
-	n, _ := strconv.Atoi(os.Getenv("JITLLM_PHASES_CTAS"))
-	return max(n, 0)
+	return max(envInt("JITLLM_PHASES_CTAS", 0), 0)
 }
 
 // phaseBarrier is JITLLM_PHASES_BARRIER: the phased kernels' grid barrier
@@ -61,8 +60,7 @@ func phasedUnroll() int {
 	if _, on := phaseLimit(); !on {
 		return 0
 	}
-	n, _ := strconv.Atoi(os.Getenv("JITLLM_PHASES_UNROLL"))
-	return max(n, 0)
+	return max(envInt("JITLLM_PHASES_UNROLL", 0), 0)
 }
 
 // cooperative launches phased kernels as cooperative launches (the

@@ -33,11 +33,10 @@ import (
 // or -1 (unset: the driver's choice by kernel). A staged mat-vec's CTAs
 // take 7-18 KiB of it, beside kernels that take none.
 func carveout() int {
-	n, err := strconv.Atoi(os.Getenv("JITLLM_CARVEOUT"))
-	if err != nil || n < 0 || n > 100 {
-		return -1
+	if n := envInt("JITLLM_CARVEOUT", -1); n <= 100 {
+		return max(n, -1)
 	}
-	return n
+	return -1
 }
 
 // stageAhead is JITLLM_STAGE_AHEAD=1: a staged loop copies each next
@@ -52,10 +51,7 @@ func stageGrid() bool { return os.Getenv("JITLLM_STAGE_GRID") == "1" }
 
 // stageGridPerSM is JITLLM_STAGE_GRID_SM=n: with JITLLM_STAGE_GRID, at most
 // n CTAs a multiprocessor (0, unset: as many as are resident).
-func stageGridPerSM() int {
-	n, _ := strconv.Atoi(os.Getenv("JITLLM_STAGE_GRID_SM"))
-	return max(n, 0)
-}
+func stageGridPerSM() int { return max(envInt("JITLLM_STAGE_GRID_SM", 0), 0) }
 
 // staged reports whether k stages a buffer (kernel.Stage).
 func staged(k *kernel.Kernel) bool {

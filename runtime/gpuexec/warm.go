@@ -3,7 +3,6 @@ package gpuexec
 import (
 	"os"
 	"slices"
-	"strconv"
 
 	"github.com/jitllm/jitllm/dsl/kernel"
 	"github.com/jitllm/jitllm/kernels/ops"
@@ -37,13 +36,7 @@ const warmPiece = 16 << 10
 
 // warmBytes is JITLLM_WARM in bytes: how much of each weight-streaming
 // launch's matrices is read ahead into L2 (0: off).
-func warmBytes() int {
-	n, err := strconv.Atoi(os.Getenv("JITLLM_WARM"))
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return min(n, 1<<10) << 20
-}
+func warmBytes() int { return min(max(envInt("JITLLM_WARM", 0), 0), 1<<10) << 20 }
 
 // warmEvery is JITLLM_WARM_EVERY=1: warm across every gap between
 // weight-streaming launches, not only those holding an attention.
