@@ -13,6 +13,13 @@
 # GPU_CHECK_BINS narrows the build (default: cuda gpuexec sched graphs convert jitllm; a run skips what is
 # missing): the device tool carries at most 64 MiB with the tree, which is near 58 MB, and all six
 # compressed binaries take 11 MB, so a session that needs only gpuexec and jitllm builds those.
+#
+#   scripts/gpu-check.sh build-ab REV…   here: jitllm built from each git revision (a worktree each) into
+#                                        .devbin/jitllm-<n>.xz, n its place in the list, the revisions
+#                                        named in .devbin/ab-revs
+#   scripts/gpu-check.sh ab              on the GPU host: each model of GPU_CHECK_MODELS timed by every
+#                                        binary in turn, twice over (tg128, AB_ARGS to change), so the
+#                                        revisions compare as ratios from one call; to $OUT/ab.log
 set -eu
 cmd=${1:-}
 bin=.devbin
@@ -107,8 +114,55 @@ run)
 		fi
 	} >"$log" 2>&1
 	;;
+build-ab)
+	shift
+	[ $# -ge 2 ] || {
+		echo "gpu-check: build-ab takes two revisions or more" >&2
+		exit 2
+	}
+	mkdir -p "$bin"
+	rm -f "$bin"/jitllm-*.xz "$bin"/ab-revs
+	n=0
+	for rev in "$@"; do
+		n=$((n + 1))
+		wt=$(mktemp -d)
+		git worktree add --detach "$wt" "$rev" >/dev/null
+		(cd "$wt" && CGO_ENABLED=0 go build -ldflags='-s -w' -o "$OLDPWD/$bin/jitllm-$n" ./cmd/jitllm)
+		git worktree remove --force "$wt"
+		xz -T0 -9 -f "$bin/jitllm-$n"
+		echo "$n $rev $(git rev-parse --short "$rev")" >>"$bin/ab-revs"
+	done
+	cat "$bin/ab-revs"
+	;;
+ab)
+	B=/tmp/gpu-check-ab
+	mkdir -p "$B"
+	for f in "$bin"/jitllm-*.xz; do
+		xz -dc "$f" >"$B/$(basename "$f" .xz)"
+		chmod +x "$B/$(basename "$f" .xz)"
+	done
+	log=${OUT:+$OUT/ab.log}
+	log=${log:-/dev/stdout}
+	export XDG_CACHE_HOME=/tmp/gpu-check-cache
+	{
+		nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+		cat "$bin/ab-revs"
+	} >>"$log" 2>&1
+	for spec in ${GPU_CHECK_MODELS:-llama-3.1-8b:q4_k_m llama-3.2-1b:q4_k_m qwen3-0.6b:q8_0}; do
+		like=${spec%%:*} typ=${spec##*:}
+		f=/tmp/$like-$typ.gguf
+		[ -f "$f" ] || "$B/jitllm-1" synth --like "$like" --type "$typ" -o "$f" >/dev/null
+		for round in 1 2; do
+			for b in "$B"/jitllm-*; do
+				echo "== $like $typ round $round $(basename "$b") $(date -u +%H:%M:%S)" >>"$log"
+				# shellcheck disable=SC2086 # AB_ARGS is a list of flags
+				"$b" speed "$f" ${AB_ARGS:--p 0 -n 128 -r 2} -devices cuda 2>&1 | grep -E 'tg|pp|error|reads|^jitllm:' >>"$log" || true
+			done
+		done
+	done
+	;;
 *)
-	echo "usage: scripts/gpu-check.sh build|run" >&2
+	echo "usage: scripts/gpu-check.sh build|run|build-ab REV…|ab" >&2
 	exit 2
 	;;
 esac
