@@ -127,8 +127,11 @@ build-ab)
 		n=$((n + 1))
 		wt=$(mktemp -d)
 		git worktree add --detach "$wt" "$rev" >/dev/null
-		(cd "$wt" && CGO_ENABLED=0 go build -ldflags='-s -w' -o "$OLDPWD/$bin/jitllm-$n" ./cmd/jitllm)
+		# the worktree goes whether the build succeeds or not
+		built=0
+		(cd "$wt" && CGO_ENABLED=0 go build -ldflags='-s -w' -o "$OLDPWD/$bin/jitllm-$n" ./cmd/jitllm) || built=$?
 		git worktree remove --force "$wt"
+		[ "$built" = 0 ] || exit "$built"
 		xz -T0 -9 -f "$bin/jitllm-$n"
 		echo "$n $rev $(git rev-parse --short "$rev")" >>"$bin/ab-revs"
 	done

@@ -8,11 +8,12 @@ import (
 	"github.com/jitllm/jitllm/runtime/exec"
 )
 
-// The RopeKV stacks (on unless JITLLM_ROPE_STACK=0): a Q4_K_M model's blocks whose v projection is of
-// another type than q and k take one RopeKV launch where they took two,
-// the long steps too, and the plan still agrees with the CPU runner (the
-// v rows' sums in the q and k rows' group width: not the two launches'
-// bits); the split kernel renders for a dependent sm_90 target.
+// The RopeKV stacks (on unless JITLLM_ROPE_STACK=0): a Q4_K_M model's
+// blocks whose v projection is of another type than q and k take one
+// RopeKV launch where they took two, the long steps too, and the plan
+// still agrees with the CPU runner (the v rows' sums in the q and k rows'
+// group width: not the two launches' bits); the split kernel renders for
+// a dependent sm_90 target.
 func TestRopeStackPlan(t *testing.T) {
 	defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
 	decodeBlockHeads, decodeSplits = 1, []splitTier{{from: 12, chunks: 16}} // a long step from position 12

@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -33,10 +34,11 @@ import (
 // or -1 (unset: the driver's choice by kernel). A staged mat-vec's CTAs
 // take 7-18 KiB of it, beside kernels that take none.
 func carveout() int {
-	if n := envInt("JITLLM_CARVEOUT", -1); n <= 100 {
-		return max(n, -1)
+	n := envInt("JITLLM_CARVEOUT", -1)
+	if n < 0 || n > 100 {
+		return -1
 	}
-	return -1
+	return n
 }
 
 // stageAhead is JITLLM_STAGE_AHEAD=1: a staged loop copies each next
@@ -72,7 +74,7 @@ func stageRows() int {
 	if n := envInt("JITLLM_STAGE_ROWS", 6144); n > 0 {
 		return n
 	}
-	return int(^uint(0) >> 1)
+	return math.MaxInt
 }
 
 // envInt is the integer environment variable name, or def where it is
