@@ -37,6 +37,16 @@ type Buf struct {
 	ID     int
 	Parent *Buf // nil for a parameter
 	Size   int  // elements in a View (a constant, so targets can check bounds once)
+	// Settled marks a parameter no kernel launched beside this one writes
+	// (a runtime's step buffer, which the host uploads between steps): a
+	// target may load it before waiting for the kernel before (Settle)
+	Settled bool
+}
+
+// Settle marks parameter b Settled and returns it.
+func (b *Buf) Settle() *Buf {
+	b.Settled = true
+	return b
 }
 
 // Len is the element count.

@@ -106,7 +106,17 @@ func AttentionBlockHeads(hd int, q8 bool) *k.Kernel {
 	q, kc, vc, step, y, heads, group, dim, scale := a.q, a.kc, a.vc, a.step, a.y, a.heads, a.group, a.dim, a.scale
 	first := b.Let("first", step.At(1).Cvt(k.Int).Add(1))
 	runs := b.Let("runs", group.Add(R-1).Div(R)) // runs of R heads a group
-	b.ParallelFor("c", 0, heads.Div(group).Mul(runs), func(c k.Expr) {
+	ctas := b.Let("ctas", heads.Div(group).Mul(runs))
+	b.ParallelFor("c", 0, ctas, func(c k.Expr) {
+		// the caches' rows up to the position, a CTA's even share of
+		// them, on their way into L2 before the wait for the kernel before
+		// (the q·k·v projection, which writes only the position's row):
+		// past steps' rows, evicted by the weights' stream since
+		cached := b.Let("cached", first.Mul(dim))
+		lo := b.Let("lo", c.Mul(cached).Div(ctas))
+		hi := b.Let("hi", c.Add(1).Mul(cached).Div(ctas))
+		b.Prefetch(kc, lo, hi.Sub(lo))
+		b.Prefetch(vc, lo, hi.Sub(lo))
 		kvh := b.Let("kvh", c.Div(runs))
 		sub := b.Let("sub", c.Rem(runs).Mul(R))
 		qo := b.Let("qo", kvh.Mul(group).Add(sub).Mul(hd)) // the run's first head's values
@@ -176,7 +186,9 @@ type attnBlockArgs struct {
 func attnBlockParams(b *k.Builder, q8 bool) attnBlockArgs {
 	var a attnBlockArgs
 	a.q, a.kc, a.vc = b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
-	a.step, a.y = b.Buffer("step", k.I32), b.Buffer("y", k.F32)
+	// the host uploads the step buffer between steps: no kernel of a step
+	// writes it, so it may be read before the wait for the kernel before
+	a.step, a.y = b.Buffer("step", k.I32).Settle(), b.Buffer("y", k.F32)
 	if q8 {
 		a.xq, a.xd = b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
 	}

@@ -110,12 +110,24 @@ func prefetchFirst(body []*kernel.Stmt) error {
 	return err
 }
 
-// loads reports whether e reads memory.
+// settled reports whether b, or the buffer it is a window of, is
+// kernel.Buf.Settled: loadable before the wait for the kernel before.
+func settled(b *kernel.Buf) bool {
+	for ; b != nil; b = b.Parent {
+		if b.Settled {
+			return true
+		}
+	}
+	return false
+}
+
+// loads reports whether e reads memory a kernel before may write (a
+// settled buffer's loads do not count).
 func loads(e kernel.Expr) bool {
 	if e == nil {
 		return false
 	}
-	if e.Op == kernel.OpLoad {
+	if e.Op == kernel.OpLoad && !settled(e.Buf) {
 		return true
 	}
 	for _, a := range e.Args {

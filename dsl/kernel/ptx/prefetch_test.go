@@ -69,6 +69,24 @@ func TestDependentRenders(t *testing.T) {
 	if _, err := ptx.Render(b.MustBuild(), ptx.Target{SM: 90, Dependent: all}); err == nil || !strings.Contains(err.Error(), "before the first prefetch") {
 		t.Errorf("a load before the prefetch: %v", err)
 	}
+	// a settled buffer (no kernel beside writes it) is read before the
+	// prefetch it sizes, and so before the wait
+	b = k.New("settled")
+	w, y = b.Buffer("w", k.F32), b.Buffer("y", k.F32)
+	at := b.Buffer("at", k.I32).Settle()
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) {
+		o := b.Let("o", at.At(0).Cvt(k.Int).Add(i))
+		b.Prefetch(w, o, 1)
+		b.Store(y, i, w.At(o))
+	})
+	src, err := ptx.Render(b.MustBuild(), ptx.Target{SM: 90, Dependent: all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	load, wait := strings.Index(src, "ld.global.s32"), strings.Index(src, "griddepcontrol.wait")
+	if load < 0 || wait < load || strings.Index(src, "prefetch.global.L2") > wait || strings.Index(src, "ld.global.f32") < wait {
+		t.Errorf("settled load at %d, wait at %d: only the settled load and the prefetch before the wait:\n%s", load, wait, src)
+	}
 }
 
 // Target.LaunchEarly lets the next kernel launch at entry, before the
