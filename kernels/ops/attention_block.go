@@ -112,7 +112,7 @@ func AttentionBlockHeads(hd int, q8 bool) *k.Kernel {
 		// them, on their way into L2 before the wait for the kernel before
 		// (the q·k·v projection, which writes only the position's row):
 		// past steps' rows, evicted by the weights' stream since
-		cached := b.Let("cached", first.Mul(dim))
+		cached := b.Let("cached", first.Mul(dim).Min(k.I(attnPrefetchMax)))
 		lo := b.Let("lo", c.Mul(cached).Div(ctas))
 		hi := b.Let("hi", c.Add(1).Mul(cached).Div(ctas))
 		b.Prefetch(kc, lo, hi.Sub(lo))
@@ -154,7 +154,7 @@ func AttentionBlockSplit(hd int) *k.Kernel {
 	b := k.New(fmt.Sprintf("AttentionBlockSplitD%d", hd))
 	b.Doc(fmt.Sprintf("attends one piece of the positions for a key-value group's heads per CTA over the cache in blocks of %d, on the tensor cores, leaving each head's output, max and sum for AttentionMerge.", k.AttnBlock))
 	q, kc, vc := b.Buffer("q", k.F32), b.Buffer("kc", k.U16), b.Buffer("vc", k.U16)
-	step, part := b.Buffer("step", k.I32), b.Buffer("part", k.F32)
+	step, part := b.Buffer("step", k.I32).Settle(), b.Buffer("part", k.F32) // settled: as attnBlockParams'
 	heads, group, dim := b.Scalar("heads", k.Int), b.Scalar("group", k.Int), b.Scalar("kvDim", k.Int)
 	chunks, scale := b.Scalar("chunks", k.Int), b.Scalar("scale", k.F32)
 	n := b.Let("n", step.At(1).Cvt(k.Int).Add(1))
@@ -167,6 +167,13 @@ func AttentionBlockSplit(hd int) *k.Kernel {
 		sub := b.Let("sub", run.Rem(runs).Mul(R))
 		h0 := b.Let("h0", kvh.Mul(group).Add(sub)) // the run's first head
 		lo := b.Let("lo", c.Rem(chunks).Mul(l))
+		// the piece's first block of this group's rows, on their way into
+		// L2 before the wait for the kernel before (the later blocks'
+		// copies overlap the first's work)
+		b.For("pr", lo, lo.Add(k.AttnBlock).Min(n), func(r k.Expr) {
+			b.Prefetch(kc, r.Mul(dim).Add(kvh.Mul(hd)), hd)
+			b.Prefetch(vc, r.Mul(dim).Add(kvh.Mul(hd)), hd)
+		})
 		b.BlockAttentionPart(sh,
 			k.TileOperand{Buf: q, Off: h0.Mul(hd), Stride: k.I(hd), Rows: group.Sub(sub).Min(R)},
 			k.TileOperand{Buf: kc, Off: kvh.Mul(hd), Stride: dim},
@@ -175,6 +182,11 @@ func AttentionBlockSplit(hd int) *k.Kernel {
 	})
 	return b.MustBuild()
 }
+
+// attnPrefetchMax bounds the elements of each cache the one-row attention
+// prefetches into L2 before its wait (AttentionBlockHeads): 4 MiB of f16,
+// which the weights' stream beside it leaves in the 50 MB L2.
+const attnPrefetchMax = 2 << 20
 
 // attnBlockArgs are the block attentions' parameters: (q, kc, vc, step, y,
 // and with q8 xq, xd, then heads, group, kvDim, scale).

@@ -3,9 +3,11 @@ package ops_test
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	k "github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/ops/opstest"
 	"github.com/jitllm/jitllm/kernels/quant"
@@ -182,6 +184,25 @@ func TestAttentionBlockSplitMatchesReference(t *testing.T) {
 				t.Errorf("%d heads of width %d, %d a group, at position %d in %d pieces (scale %v): largest difference from the reference %.3g", heads, hd, group, c.pos, chunks, c.scale, worst)
 			}
 			t.Logf("%d heads of width %d, %d a group, at position %d in %d pieces: largest difference %.3g", heads, hd, group, c.pos, chunks, worst)
+		}
+	}
+}
+
+// Rendered for dependent launch, the one-row attentions prefetch the
+// caches' rows into L2 before their wait for the kernel before, having
+// loaded only the settled step buffer (the position) before it.
+func TestAttentionPrefetchesBeforeWait(t *testing.T) {
+	for _, kern := range []*k.Kernel{ops.AttentionBlockHeads(128, true), ops.AttentionBlockHeads(64, false), ops.AttentionBlockSplit(128)} {
+		src, err := ptx.Render(kern, ptx.Target{SM: 90, Dependent: func(*k.Kernel) bool { return true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := strings.Index(src, "griddepcontrol.wait")
+		if n := strings.Count(src[:max(wait, 0)], "prefetch.global.L2"); wait < 0 || n != 2 {
+			t.Errorf("%s: %d prefetches before the wait (at %d), want the two caches'", kern.Name, n, wait)
+		}
+		if n := strings.Count(src[:max(wait, 0)], "ld.global"); n != 1 {
+			t.Errorf("%s: %d loads before the wait, want the position's alone", kern.Name, n)
 		}
 	}
 }
