@@ -422,7 +422,13 @@ func (f *fn) stmt(s *kernel.Stmt) {
 		al := min(p.align, f.alignOf(s.Index)*int64(p.elem.Bytes()), maxAlign)
 		f.bufs[s.Buf] = &bufReg{addr: a, size: s.Buf.Size, elem: s.Buf.Elem, align: al, generic: p.generic}
 	case kernel.SFor:
-		if s.Threads > 1 {
+		if prefetchLoop(s) && !f.early {
+			// its body's prefetches are not the kernel's last early
+			// statements: the wait follows the loop, not its first trip
+			f.early = true
+			f.loop(s)
+			f.early = false
+		} else if s.Threads > 1 {
 			f.threadLoop(s)
 		} else if s == f.grid {
 			f.gridLoop(s)

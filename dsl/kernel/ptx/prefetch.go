@@ -88,12 +88,13 @@ func prefetchFirst(body []*kernel.Stmt) error {
 	walk = func(ss []*kernel.Stmt) bool {
 		for _, s := range ss {
 			if early(s) {
+				if prefetchLoop(s) && kernel.Any([]*kernel.Stmt{s}, stmtLoads) && err == nil {
+					err = fmt.Errorf("a load in a loop of prefetches (it would run before the wait for the kernel before)")
+				}
 				return true
 			}
-			for _, e := range []kernel.Expr{s.Value, s.Index, s.Lo, s.Hi} {
-				if loads(e) && err == nil {
-					err = fmt.Errorf("a load before the first prefetch (it would run before the wait for the kernel before)")
-				}
+			if stmtLoads(s) && err == nil {
+				err = fmt.Errorf("a load before the first prefetch (it would run before the wait for the kernel before)")
 			}
 			if s.Op != kernel.SFor && s.Op != kernel.SBlock && s.Op != kernel.SView && s.Op != kernel.SLet && s.Op != kernel.SAcc {
 				if err == nil {
@@ -115,6 +116,17 @@ func prefetchFirst(body []*kernel.Stmt) error {
 func settled(b *kernel.Buf) bool {
 	for ; b != nil; b = b.Parent {
 		if b.Settled {
+			return true
+		}
+	}
+	return false
+}
+
+// stmtLoads reports whether s's own expressions read memory a kernel
+// before may write.
+func stmtLoads(s *kernel.Stmt) bool {
+	for _, e := range []kernel.Expr{s.Value, s.Index, s.Lo, s.Hi} {
+		if loads(e) {
 			return true
 		}
 	}

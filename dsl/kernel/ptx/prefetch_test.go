@@ -89,6 +89,40 @@ func TestDependentRenders(t *testing.T) {
 	}
 }
 
+// A loop of nothing but prefetches (a column's strided rows) is issued
+// whole before the wait: the wait follows the loop's last trip, once, not
+// its first (a wait inside it made every trip after the first wait too).
+func TestPrefetchLoopBeforeWait(t *testing.T) {
+	b := k.New("strided")
+	w, y := b.Buffer("w", k.F32), b.Buffer("y", k.F32)
+	n := b.Scalar("n", k.Int)
+	b.ParallelFor("c", 0, y.Len(), func(c k.Expr) {
+		b.For("r", 0, n, func(r k.Expr) {
+			b.Prefetch(w, r.Mul(y.Len()).Add(c), 1)
+		})
+		b.Store(y, c, b.Sum("s", k.F32, 0, n, func(r k.Expr) k.Expr { return w.At(r.Mul(y.Len()).Add(c)) }))
+	})
+	src, err := ptx.Render(b.MustBuild(), ptx.Target{SM: 90, Dependent: func(*k.Kernel) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, pf := strings.Index(src, "griddepcontrol.wait"), strings.Index(src, "prefetch.global.L2")
+	if pf < 0 || wait < pf || strings.Count(src, "griddepcontrol.wait") != 1 || strings.Index(src, "ld.global") < wait {
+		t.Fatalf("prefetch at %d, the wait at %d:\n%s", pf, wait, src)
+	}
+	// the loops around the wait: labels placed before it that a branch
+	// after it returns to; only the grid's loop over c may be one
+	around := 0
+	for _, line := range strings.Split(src[:wait], "\n") {
+		if l, ok := strings.CutSuffix(strings.TrimSpace(line), ":"); ok && strings.Contains(src[wait:], "bra "+l+";") {
+			around++
+		}
+	}
+	if around != 1 {
+		t.Errorf("the wait is inside %d loops, want the grid's alone:\n%s", around, src)
+	}
+}
+
 // Target.LaunchEarly lets the next kernel launch at entry, before the
 // prefetches and the wait, once; a kernel it does not pick keeps the
 // launch after its wait.

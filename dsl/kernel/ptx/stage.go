@@ -319,9 +319,26 @@ func (b *bufReg) ld() string {
 	return "ld.global"
 }
 
-// early reports whether s is issued before a kernel's wait: a prefetch or
-// a stage.
-func early(s *kernel.Stmt) bool { return s.Op == kernel.SPrefetch || s.Op == kernel.SStage }
+// early reports whether s is issued before a kernel's wait: a prefetch, a
+// stage, or a loop of nothing but prefetches.
+func early(s *kernel.Stmt) bool {
+	return s.Op == kernel.SPrefetch || s.Op == kernel.SStage || prefetchLoop(s)
+}
+
+// prefetchLoop reports whether s is a loop (of one thread group's trips)
+// whose body only prefetches, binds values or runs such loops: the
+// prefetches of a strided range, as the rows of a cache's group.
+func prefetchLoop(s *kernel.Stmt) bool {
+	if s.Op != kernel.SFor || s.Threads > 1 || len(s.Body) == 0 {
+		return false
+	}
+	for _, b := range s.Body {
+		if b.Op != kernel.SPrefetch && b.Op != kernel.SLet && !prefetchLoop(b) {
+			return false
+		}
+	}
+	return true
+}
 
 // Copying ahead (Target.StageAhead): a group's region holds two copies of
 // its stages, one for the iteration it computes and one for the next. The
