@@ -188,11 +188,11 @@ func TestAttentionBlockSplitMatchesReference(t *testing.T) {
 	}
 }
 
-// Rendered for dependent launch, the one-row attentions prefetch the
-// caches' rows into L2 before their wait for the kernel before, having
+// Rendered for dependent launch, the short one-row attention prefetches the
+// caches' rows into L2 before its wait for the kernel before, having
 // loaded only the settled step buffer (the position) before it.
 func TestAttentionPrefetchesBeforeWait(t *testing.T) {
-	for _, kern := range []*k.Kernel{ops.AttentionBlockHeads(128, true), ops.AttentionBlockHeads(64, false), ops.AttentionBlockSplit(128)} {
+	for _, kern := range []*k.Kernel{ops.AttentionBlockHeads(128, true), ops.AttentionBlockHeads(64, false)} {
 		src, err := ptx.Render(kern, ptx.Target{SM: 90, Dependent: func(*k.Kernel) bool { return true }})
 		if err != nil {
 			t.Fatal(err)
