@@ -20,9 +20,27 @@
 #   scripts/gpu-check.sh ab              on the GPU host: each model of GPU_CHECK_MODELS timed by every
 #                                        binary in turn, twice over (tg128, AB_ARGS to change), so the
 #                                        revisions compare as ratios from one call; to $OUT/ab.log
+# Both builds end by saying whether the tree and .devbin fit the device tool's 64 MiB. Where they do not
+# (each jitllm is 2.25 MB), carry some of the binaries, run ab, and carry the rest in the next call while
+# the machine is warm: ab times every binary in /tmp/gpu-check-ab, the earlier call's ones included.
 set -eu
 cmd=${1:-}
 bin=.devbin
+
+# fits says how many bytes the device tool would carry (the tracked and untracked-not-ignored files, and
+# .devbin) against its 64 MiB.
+fits() {
+	total=$({
+		git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null
+		find "$bin" -type f -exec stat -c %s {} +
+	} | awk '{n += $1} END {print n + 0}')
+	limit=$((64 << 20))
+	if [ "$total" -gt "$limit" ]; then
+		echo "gpu-check: the tree and $bin take $total bytes, over the device tool's $limit: carry part of $bin at a time" >&2
+	else
+		echo "gpu-check: the tree and $bin take $total bytes of the device tool's $limit"
+	fi
+}
 case "$cmd" in
 build)
 	mkdir -p "$bin"
@@ -44,6 +62,7 @@ build)
 		if [ -f "$f" ]; then xz -T0 -9 -f "$f"; fi
 	done
 	ls -l "$bin"
+	fits
 	;;
 run)
 	B=/tmp/gpu-check-bin
@@ -136,6 +155,7 @@ build-ab)
 		echo "$n $rev $(git rev-parse --short "$rev")" >>"$bin/ab-revs"
 	done
 	cat "$bin/ab-revs"
+	fits
 	;;
 ab)
 	B=/tmp/gpu-check-ab
