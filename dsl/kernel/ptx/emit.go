@@ -121,9 +121,12 @@ type fn struct {
 	stageBytes int
 	preStaged  map[*kernel.Stmt]string
 	pending    []pendingStage
-	early      bool
-	stageOnce  bool   // Target.StageOnce
-	firstIter  string // with it: this group's grid iteration is its first (a predicate)
+	// early: rendering early statements that no wait may follow: a
+	// phase's prologue (phases.go), or the body of a loop of prefetches,
+	// whose wait comes after the loop (stmt)
+	early     bool
+	stageOnce bool   // Target.StageOnce
+	firstIter string // with it: this group's grid iteration is its first (a predicate)
 	// Target.StageAhead (stage.go): this loop's stages copy one iteration
 	// ahead, the half of the group's region the current iteration reads
 	// (0 or the region's bytes), the loop's next iteration, stride and
