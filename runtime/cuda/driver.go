@@ -43,6 +43,7 @@ var api struct {
 	cuModuleLoadDataEx                          func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
 	cuModuleUnload                              func(m uintptr) Result
 	cuModuleGetFunction                         func(f *uintptr, m uintptr, name *byte) Result
+	cuModuleGetGlobal                           func(p *uint64, bytes *uint64, m uintptr, name *byte) Result
 	cuFuncSetAttribute                          func(f uintptr, attr int32, v int32) Result
 	cuOccupancyMaxActiveBlocksPerMultiprocessor func(n *int32, f uintptr, block int32, shared uint64) Result
 	cuStreamCreate                              func(s *uintptr, flags uint32) Result
@@ -150,6 +151,7 @@ var symbols = []struct {
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
+	{&api.cuModuleGetGlobal, "cuModuleGetGlobal_v2"},
 	{&api.cuFuncSetAttribute, "cuFuncSetAttribute"},
 	{&api.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuStreamCreate, "cuStreamCreate"},

@@ -84,6 +84,16 @@ func (m *Module) Function(name string) (*Function, error) {
 	return &Function{f: f, Name: name, c: m.c}, nil
 }
 
+// Global is the device memory of a module-scope variable, by name.
+func (m *Module) Global(name string) (Buffer, error) {
+	defer m.c.enter()()
+	var p, n uint64
+	if err := check("cuModuleGetGlobal "+name, api.cuModuleGetGlobal(&p, &n, m.m, cString(name))); err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{p, n, m.c}, nil
+}
+
 // SetMaxDynamicShared allows a launch to use up to n bytes of dynamic
 // shared memory (past the 48 KiB default).
 func (f *Function) SetMaxDynamicShared(n int) error {

@@ -324,3 +324,32 @@ func TestGPUVerifyStep(t *testing.T) {
 	pre := timeIt(func() error { return g.prefillStep(toks[:4], g.logits[:g.p.vocab], true) })
 	t.Logf("prefill step of %d rows with 4 real: %.0f µs", g.p.rows, pre)
 }
+
+// TestGPUStepTrace logs the decode step's timeline on
+// GPUEXEC_PROFILE_MODEL after a 64-token prompt, CTA by CTA on the
+// device's clock (JITLLM_TRACE=1: every kernel records its CTAs' start,
+// wait and end): each launch's gap after the one before was done, how
+// long it ran and its tail, then those summed by kernel.
+func TestGPUStepTrace(t *testing.T) {
+	needGPU(t)
+	if os.Getenv("JITLLM_TRACE") != "1" {
+		t.Skip("set JITLLM_TRACE=1: the kernels are then rendered to record their CTAs' times")
+	}
+	r, _ := promptedRunner(t)
+	g, err := r.s.Capture(func() error { return launchCalls(r.calls, r.s, r.fork) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	t.Logf("the traced step: %.1f µs a replay", replayMicros(t, r, g, 3))
+	spans, err := r.traceStep(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range spans {
+		if s.firstStart > s.firstWait || s.firstWait > s.lastDone || s.doneP90 > s.lastDone {
+			t.Errorf("launch %d (%s): times out of order: start %d wait %d p90 %d done %d", i, s.name, s.firstStart, s.firstWait, s.doneP90, s.lastDone)
+		}
+	}
+	t.Log("\n" + traceReport(spans))
+}

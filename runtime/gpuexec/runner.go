@@ -203,6 +203,7 @@ type shared struct {
 	mu   sync.Mutex
 	refs int
 	mod  *cuda.Module
+	ks   []*kernel.Kernel // the module's entries in order (a trace record's Entry)
 	fns  map[*kernel.Kernel]*cuda.Function
 	tg   ptx.Target
 	am   *kernel.Kernel
@@ -239,7 +240,7 @@ func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
 	if err != nil {
 		return sh, err
 	}
-	sh.tg, sh.am = tg, am
+	sh.tg, sh.am, sh.ks = tg, am, ks
 	carve := carveout()
 	for _, k := range ks {
 		if sh.fns[k], err = sh.mod.Function(k.Name); err != nil {
@@ -548,6 +549,7 @@ func deviceTarget(c *cuda.Context) ptx.Target {
 	tg.PhaseCTAs, tg.PhaseBarrier = phaseCTAs(), phaseBarrier()
 	tg.StageOnce = os.Getenv("JITLLM_STAGE_ONCE") == "1"
 	tg.StageAhead = stageAhead()
+	tg.Trace = os.Getenv("JITLLM_TRACE") == "1"
 	return tg
 }
 

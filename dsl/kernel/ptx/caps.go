@@ -77,6 +77,10 @@ type Target struct {
 	// without a round trip at each; the first iteration's copies go before
 	// the wait or barrier. The slots take twice the shared memory.
 	StageAhead bool
+	// Trace has every CTA record when it started, when its wait for the
+	// kernel before returned and when it was done (trace.go): a
+	// diagnostic of where a step's time goes.
+	Trace bool
 }
 
 // ForDevice is the target of a device of compute capability major.minor.

@@ -22,6 +22,7 @@ import (
 // the one after.
 func (f *fn) depWait() {
 	f.ins("griddepcontrol.wait")
+	f.traceWait()
 	if !f.launched {
 		f.ins("griddepcontrol.launch_dependents")
 	}
