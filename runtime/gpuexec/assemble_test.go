@@ -20,7 +20,8 @@ import (
 // plan of each test model at 64 prefill rows rendered as bind renders it
 // for sm_80 (tensor-core products, no dependent launches), sm_90 (the
 // decode kernels rendered for dependent launches) and sm_90a (the prefill
-// products on wgmma, JITLLM_WGMMA=1). The driver's own JIT
+// products on wgmma, JITLLM_WGMMA=1), and sm_90 traced (JITLLM_TRACE=1).
+// The driver's own JIT
 // checks the same at load on a GPU; this catches a PTX error on a machine
 // without one.
 func TestKernelsAssemble(t *testing.T) {
@@ -36,7 +37,7 @@ func TestKernelsAssemble(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}} {
+		for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, Trace: true}} {
 			src, ks, _, _, err := render(p, tg, tg.SM >= 90)
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, arch(tg), err)
@@ -44,7 +45,7 @@ func TestKernelsAssemble(t *testing.T) {
 			if tg.SM >= 90 && !strings.Contains(src, "griddepcontrol.wait") {
 				t.Fatalf("%s %s: no kernel rendered for dependent launches", name, arch(tg))
 			}
-			assemble(t, ptxas, dir, strings.ReplaceAll(filepath.Base(name), ".", "_"), src, tg)
+			assemble(t, ptxas, dir, strings.ReplaceAll(filepath.Base(name), ".", "_")+map[bool]string{true: "-trace"}[tg.Trace], src, tg)
 			t.Logf("%s %s: %d kernels, %d bytes of PTX assembled", name, arch(tg), len(ks), len(src))
 		}
 	}
