@@ -16,13 +16,16 @@ import (
 // launches in order, each with its CTAs' times, which say where a decode
 // step's time goes between the kernels (docs/gpu.md).
 
-// traceLaunch is one launch of a step as planned: its module entry and
-// its CTAs.
+// traceLaunch is one launch of a step as planned (or one phase of a
+// phased launch): its module entry, the phase and its CTAs.
 type traceLaunch struct {
-	name  string
-	entry int
-	ctas  int
+	name         string
+	entry, phase int
+	ctas         int
 }
+
+// key is the launch's records' entry and phase.
+type traceKey struct{ entry, phase int }
 
 // traceSpan is one launch's CTAs on the device clock (ns).
 type traceSpan struct {
@@ -37,23 +40,25 @@ type traceSpan struct {
 // before the next launch of the same entry can: dependent launches start
 // only once every CTA of the kernel before has passed its wait).
 func traceSpans(recs []ptx.TraceRecord, launches []traceLaunch) ([]traceSpan, error) {
-	by := map[int][]ptx.TraceRecord{}
+	by := map[traceKey][]ptx.TraceRecord{}
 	for _, r := range recs {
-		by[r.Entry] = append(by[r.Entry], r)
+		k := traceKey{r.Entry, r.Phase}
+		by[k] = append(by[k], r)
 	}
 	for _, rs := range by {
 		slices.SortStableFunc(rs, func(a, b ptx.TraceRecord) int { return cmp.Compare(a.Start, b.Start) })
 	}
-	taken := map[int]int{}
+	taken := map[traceKey]int{}
 	spans := make([]traceSpan, len(launches))
 	for i, l := range launches {
-		rs := by[l.entry]
-		at := taken[l.entry]
+		key := traceKey{l.entry, l.phase}
+		rs := by[key]
+		at := taken[key]
 		if at+l.ctas > len(rs) {
 			return nil, fmt.Errorf("trace: launch %d (%s) of %d CTAs: only %d records of its entry left", i, l.name, l.ctas, len(rs)-at)
 		}
 		mine := rs[at : at+l.ctas]
-		taken[l.entry] = at + l.ctas
+		taken[key] = at + l.ctas
 		s := traceSpan{traceLaunch: l, firstStart: ^uint64(0), firstWait: ^uint64(0)}
 		done := make([]uint64, 0, len(mine))
 		for _, r := range mine {
@@ -68,7 +73,7 @@ func traceSpans(recs []ptx.TraceRecord, launches []traceLaunch) ([]traceSpan, er
 	}
 	for e, rs := range by {
 		if taken[e] != len(rs) {
-			return nil, fmt.Errorf("trace: entry %d has %d records, its launches %d CTAs", e, len(rs), taken[e])
+			return nil, fmt.Errorf("trace: entry %d phase %d has %d records, its launches %d CTAs", e.entry, e.phase, len(rs), taken[e])
 		}
 	}
 	return spans, nil
@@ -183,7 +188,14 @@ func (r *Runner) traceStep(g *cuda.Graph) ([]traceSpan, error) {
 		if !ok {
 			return nil, fmt.Errorf("trace: launch of %s: not in the module", c.fn.Name)
 		}
-		ls = append(ls, traceLaunch{name: c.fn.Name, entry: e, ctas: int(c.grid.X * c.grid.Y * c.grid.Z)})
+		ctas := int(c.grid.X * c.grid.Y * c.grid.Z)
+		if ps := r.sh.ks[e].Phases; len(ps) > 0 {
+			for p, k := range ps {
+				ls = append(ls, traceLaunch{name: fmt.Sprintf("%s[%d] %s", c.fn.Name, p, k.Name), entry: e, phase: p, ctas: ctas})
+			}
+			continue
+		}
+		ls = append(ls, traceLaunch{name: c.fn.Name, entry: e, ctas: ctas})
 	}
 	recs := ptx.DecodeTrace(w)
 	// a side stream's records (warm.go) have no span: drop their entries

@@ -10,7 +10,7 @@ import (
 // The records of a traced step go back to their launches by entry and
 // start time, whatever order the device wrote them in.
 func TestTraceSpans(t *testing.T) {
-	ls := []traceLaunch{{"A", 0, 2}, {"B", 1, 1}, {"A", 0, 2}}
+	ls := []traceLaunch{{"A", 0, 0, 2}, {"B", 1, 0, 1}, {"A", 0, 0, 2}}
 	recs := []ptx.TraceRecord{
 		{Entry: 0, Start: 300, Wait: 310, Done: 400}, // A's second launch
 		{Entry: 0, Start: 10, Wait: 20, Done: 90},

@@ -22,7 +22,13 @@ func Module(ks []*kernel.Kernel, t Target) (string, error) {
 		b.WriteString(traceGlobals())
 	}
 	for i, k := range ks {
-		s, err := entry(k, t, i)
+		var s string
+		var err error
+		if len(k.Phases) > 0 {
+			s, err = phasedEntry(k, t, i)
+		} else {
+			s, err = entry(k, t, i)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -197,9 +203,6 @@ var scalarParam = map[kernel.Kind]string{
 }
 
 func entry(k *kernel.Kernel, t Target, id int) (string, error) {
-	if len(k.Phases) > 0 {
-		return phasedEntry(k, t)
-	}
 	lk, grid, err := lower(k, t)
 	if err != nil {
 		return "", err
@@ -228,7 +231,7 @@ func entry(k *kernel.Kernel, t Target, id int) (string, error) {
 	}
 	params := f.loadParams(lk.Params, 0)
 	if t.Trace {
-		f.traceStart()
+		f.traceStart(1)
 	}
 	if f.dependent && t.LaunchEarly != nil && t.LaunchEarly(k) {
 		f.launchEarly()
@@ -263,7 +266,7 @@ func entry(k *kernel.Kernel, t Target, id int) (string, error) {
 	}
 	f.stmts(lk.Body)
 	f.place(exit)
-	f.traceEnd(id)
+	f.traceEnd(id, 0)
 	f.ins("ret")
 	if f.err != nil {
 		return "", f.err

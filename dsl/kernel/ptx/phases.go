@@ -59,7 +59,7 @@ func lowerPhases(k *kernel.Kernel, t Target) ([]phase, int, error) {
 }
 
 // phasedEntry renders phased kernel k.
-func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
+func phasedEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 	ps, w, err := lowerPhases(k, t)
 	if err != nil {
 		return "", err
@@ -84,6 +84,9 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 	last := k.Params[len(k.Params)-1]
 	barDecl := f.loadParams([]kernel.Param{last}, len(k.Params)-1)
 	bar := f.bufs[last.Buf]
+	if t.Trace {
+		f.traceStart(len(ps))
+	}
 	var params []string
 	first := 0
 	var names []string
@@ -149,9 +152,12 @@ func phasedEntry(k *kernel.Kernel, t Target) (string, error) {
 			}
 			f.prefetch, f.early = false, false
 		}
+		f.traceEnd(id, i-1)
 		f.gridBarrier(bar, i)
+		f.traceNext()
 		f.stmts(p.k.Body[at:])
 	}
+	f.traceEnd(id, len(ps)-1)
 	f.ins("ret")
 	if f.err != nil {
 		return "", f.err

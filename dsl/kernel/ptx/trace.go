@@ -21,10 +21,12 @@ const (
 )
 
 // TraceRecord is one CTA's record: its entry's index in the module, the
+// phase (of a phased entry: a record a phase, from the barrier before it,
+// or the entry, to the CTA's arrival at the barrier after), the
 // multiprocessor and CTA, and the three times in ns.
 type TraceRecord struct {
-	Entry, SM, CTA    int
-	Start, Wait, Done uint64
+	Entry, Phase, SM, CTA int
+	Start, Wait, Done     uint64
 }
 
 // DecodeTrace reads n records of 4 words each (as the device wrote them).
@@ -32,7 +34,7 @@ func DecodeTrace(words []uint64) []TraceRecord {
 	out := make([]TraceRecord, 0, len(words)/4)
 	for i := 0; i+4 <= len(words); i += 4 {
 		w := words[i]
-		out = append(out, TraceRecord{Entry: int(w >> 48), SM: int(w >> 32 & 0xffff), CTA: int(w & 0xffffffff),
+		out = append(out, TraceRecord{Entry: int(w >> 48), Phase: int(w >> 40 & 0xff), SM: int(w >> 32 & 0xff), CTA: int(w & 0xffffffff),
 			Start: words[i+1], Wait: words[i+2], Done: words[i+3]})
 	}
 	return out
@@ -44,10 +46,10 @@ func traceGlobals() string {
 		TraceSymbol, 4*TraceRecords, TraceCountSymbol)
 }
 
-// traceStart reads the clock at entry and takes the CTA's record slot
+// traceStart reads the clock at entry and takes the CTA's n record slots
 // (thread 0's; its result is used only at the exit, so the atomic's
 // round trip overlaps the kernel).
-func (f *fn) traceStart() {
+func (f *fn) traceStart(n int) {
 	f.trace = &traceRegs{t0: f.reg(c64), t1: f.reg(c64), idx: f.reg(c32), first: f.reg(cPred)}
 	tr := f.trace
 	f.ins("mov.u64 %s, %%globaltimer", tr.t0)
@@ -55,7 +57,7 @@ func (f *fn) traceStart() {
 	tid := f.reg(c32)
 	f.ins("mov.u32 %s, %%tid.x", tid)
 	f.ins("setp.eq.u32 %s, %s, 0", tr.first, tid)
-	f.ins("@%s atom.global.add.u32 %s, [%s], 1", tr.first, tr.idx, TraceCountSymbol)
+	f.ins("@%s atom.global.add.u32 %s, [%s], %d", tr.first, tr.idx, TraceCountSymbol, n)
 }
 
 // traceWait reads the clock after the wait for the kernel before.
@@ -65,16 +67,18 @@ func (f *fn) traceWait() {
 	}
 }
 
-// traceEnd stores the record once every thread of the CTA is done.
-func (f *fn) traceEnd(id int) {
+// traceEnd stores record k (phase k) once every thread of the CTA is
+// done with it.
+func (f *fn) traceEnd(id, k int) {
 	tr := f.trace
 	if tr == nil {
 		return
 	}
 	skip := f.label()
 	f.ins("bar.sync 0")
-	in := f.reg(cPred)
-	f.ins("setp.lt.and.u32 %s, %s, %d, %s", in, tr.idx, TraceRecords, tr.first)
+	in, at := f.reg(cPred), f.reg(c32)
+	f.ins("add.u32 %s, %s, %d", at, tr.idx, k)
+	f.ins("setp.lt.and.u32 %s, %s, %d, %s", in, at, TraceRecords, tr.first)
 	f.ins("@!%s bra %s", in, skip)
 	t2, sm, cta := f.reg(c64), f.reg(c32), f.reg(c32)
 	f.ins("mov.u64 %s, %%globaltimer", t2)
@@ -85,13 +89,21 @@ func (f *fn) traceEnd(id int) {
 	f.ins("cvt.u64.u32 %s, %s", s, sm)
 	f.ins("shl.b64 %s, %s, 32", s, s)
 	f.ins("or.b64 %s, %s, %s", w, w, s)
-	f.ins("or.b64 %s, %s, %d", w, w, uint64(id)<<48)
-	f.ins("mul.wide.u32 %s, %s, 32", a, tr.idx)
+	f.ins("or.b64 %s, %s, %d", w, w, uint64(id)<<48|uint64(k)<<40)
+	f.ins("mul.wide.u32 %s, %s, 32", a, at)
 	f.ins("mov.u64 %s, %s", base, TraceSymbol)
 	f.ins("add.s64 %s, %s, %s", a, a, base)
 	f.ins("st.global.v2.u64 [%s], {%s, %s}", a, w, tr.t0)
 	f.ins("st.global.v2.u64 [%s+16], {%s, %s}", a, tr.t1, t2)
 	f.place(skip)
+}
+
+// traceNext starts the next phase's record: its clock from now.
+func (f *fn) traceNext() {
+	if tr := f.trace; tr != nil {
+		f.ins("mov.u64 %s, %%globaltimer", tr.t0)
+		f.ins("mov.u64 %s, %s", tr.t1, tr.t0)
+	}
 }
 
 // traceRegs are a traced entry's registers: the entry and wait times,

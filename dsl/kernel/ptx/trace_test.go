@@ -50,3 +50,27 @@ func TestTraceRenders(t *testing.T) {
 		t.Error("untraced: rendered the trace")
 	}
 }
+
+// A traced phased entry takes a record a phase: its CTAs count two slots
+// in at entry and store phase 1's record, tagged, after the grid barrier.
+func TestTracePhasedRenders(t *testing.T) {
+	a, b := pfKernel(false), pfKernel(false)
+	ph, err := k.Phases("ph", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := ptx.Module([]*k.Kernel{pfKernel(false), ph}, ptx.Target{SM: 90, Trace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := src[strings.Index(src, ".visible .entry ph"):]
+	if !strings.Contains(e, "atom.global.add.u32") || !strings.Contains(e, "], 2;") {
+		t.Errorf("the phased entry does not take two slots:\n%s", e)
+	}
+	if tag := fmt.Sprintf(", %d;", uint64(1)<<48|uint64(1)<<40); !strings.Contains(e, tag) {
+		t.Errorf("no record tagged entry 1 phase 1 (%q)", tag)
+	}
+	if got := ptx.DecodeTrace([]uint64{1<<48 | 1<<40 | 7<<32 | 5, 1, 2, 3})[0]; got.Entry != 1 || got.Phase != 1 || got.SM != 7 || got.CTA != 5 {
+		t.Errorf("DecodeTrace: %+v", got)
+	}
+}
