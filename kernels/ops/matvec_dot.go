@@ -112,8 +112,8 @@ type dotCut struct {
 	scales int
 	// scaled, set in place of unit where the activation has more scales
 	// than the weight block has units, is unit s applying them itself:
-	// xs(j) is the j-th of the unit's scales/units scales
-	scaled func(b *k.Builder, blk, xb *k.Buf, s k.Expr, xs func(j int) k.Expr) k.Expr
+	// xs(j) is the block's j-th activation scale
+	scaled func(b *k.Builder, blk, xb *k.Buf, s k.Expr, xs func(j k.Expr) k.Expr) k.Expr
 }
 
 const lowNibbles, ones = 0x0f0f0f0f, 0x01010101
@@ -143,14 +143,14 @@ var dotQ4_KCut = dotCut{qk: 256, bytes: 144, units: 4, scales: 1, unit: func(b *
 // that quantizes its own output so, AttentionBlockQ8_0): each sub-block's
 // integer sums scaled by its own activation scale, as llama.cpp's CUDA
 // k-quant dots take Q8_1. Not the CPU's bits (it quantizes to Q8_K).
-var dotQ4_KQ8_0Cut = dotCut{qk: 256, bytes: 144, units: 4, scales: 8, scaled: func(b *k.Builder, blk, xb *k.Buf, j k.Expr, xs func(int) k.Expr) k.Expr {
+var dotQ4_KQ8_0Cut = dotCut{qk: 256, bytes: 144, units: 4, scales: 8, scaled: func(b *k.Builder, blk, xb *k.Buf, j k.Expr, xs func(k.Expr) k.Expr) k.Expr {
 	u := q4KUnit(b, blk, xb, j)
 	byteF := func(v k.Expr, c int) k.Expr { return v.Shr(8 * c).And(0xff).Cvt(k.I32).Cvt(k.F32) }
 	d, dmin := b.Let("d", half(u.dm, 0)), b.Let("dmin", half(u.dm, 1))
 	sub := func(c int, sum, bsum k.Expr) k.Expr {
 		return d.Mul(byteF(u.sc, c)).Mul(sum.Cvt(k.F32)).Sub(dmin.Mul(byteF(u.m, c)).Mul(bsum.Cvt(k.F32)))
 	}
-	return xs(0).Mul(sub(0, u.slo, u.blo)).Add(xs(1).Mul(sub(1, u.shi, u.bhi)))
+	return xs(j.Mul(2)).Mul(sub(0, u.slo, u.blo)).Add(xs(j.Mul(2).Add(1)).Mul(sub(1, u.shi, u.bhi)))
 }}
 
 // q4KUnitSums are a Q4_K unit's parts: the header's d and dmin word, its
@@ -252,7 +252,7 @@ func dotCuts() map[string]dotCut {
 // (Q6_KA), which DotMatVec takes by name but DotMatVecs leaves out: their
 // matrices are a runtime/gpuexec repacking, not a GGUF type.
 func layoutCuts() map[string]dotCut {
-	return map[string]dotCut{"Q6_KA": dotQ6_KACut, "Q4_KQ8_0": dotQ4_KQ8_0Cut}
+	return map[string]dotCut{"Q6_KA": dotQ6_KACut, "Q4_KQ8_0": dotQ4_KQ8_0Cut, "Q6_KAQ8_0": dotQ6_KAQ8_0Cut}
 }
 
 // QuantizeQ8_0 is QuantizeQ8_0(x []float32, xq []byte, xd []float32): each
@@ -484,8 +484,7 @@ func groupSums(b *k.Builder, loop string, c dotCut, ws []*k.Buf, xq, xd *k.Buf, 
 				for m, w := range ws {
 					wb := b.View("wb", w, r.Mul(rowBytes).Add(i.Mul(c.bytes)), c.bytes)
 					if c.scaled != nil {
-						per := c.scales / c.units
-						b.Fold(sums[a][q][m], c.scaled(b, wb, xb, s, func(j int) k.Expr { return xd.At(ia.Mul(c.scales).Add(s.Mul(per)).Add(j)) }))
+						b.Fold(sums[a][q][m], c.scaled(b, wb, xb, s, func(j k.Expr) k.Expr { return xd.At(ia.Mul(c.scales).Add(j)) }))
 						continue
 					}
 					b.Fold(sums[a][q][m], xs.Mul(c.unit(b, wb, xb, s)))

@@ -357,49 +357,64 @@ func TestMatVecDotPrefetch(t *testing.T) {
 	}
 }
 
-// Q4_K against a Q8_0 activation (Q4_KQ8_0: a scale a sub-block) is the
-// decoded weights times the decoded activation within f32 rounding, in
-// one-row and several-row shapes, and each shape forms the one-row bits.
-func TestMatVecDotQ4_KQ8_0(t *testing.T) {
+// Q4_K and Q6_KA against a Q8_0 activation (Q4_KQ8_0, Q6_KAQ8_0: a scale
+// a block of 32) are the decoded weights times the decoded activation
+// within f32 rounding, in one-row and several-row shapes, and each shape
+// forms the one-row bits.
+func TestMatVecDotQ8_0Activation(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
-	const n, out = 1024, 6
-	x := opstest.Floats(n, 2, r)
-	xq, xd := partner(t, "Q8_0", x)
-	var w []byte
-	for range out {
-		w = append(w, opstest.Row(quant.Q4_K, n, nil, r)...)
-	}
-	vals := make([]float32, out*n)
-	if err := quant.Dequantize(quant.Q4_K, w, vals); err != nil {
-		t.Fatal(err)
-	}
-	y := make([]float32, out)
-	if err := k.Run(ops.DotMatVec("", "Q4_KQ8_0", ops.DotShape{}), w, xq, xd, y); err != nil {
-		t.Fatal(err)
-	}
-	for o := range out {
-		var want, mag float64
-		for j := range n {
-			p := float64(float64(vals[o*n+j]) * float64(int8(xq[j])) * float64(xd[j/32]))
-			want += p
-			mag += math.Abs(p)
+	for _, c := range []struct {
+		name string
+		typ  quant.Type
+		n    int
+	}{{"Q4_KQ8_0", quant.Q4_K, 1024}, {"Q6_KAQ8_0", quant.Q6_K, 4096}} {
+		const out = 6
+		n := c.n
+		x := opstest.Floats(n, 2, r)
+		xq, xd := partner(t, "Q8_0", x)
+		var w []byte
+		for range out {
+			w = append(w, opstest.Row(c.typ, n, nil, r)...)
 		}
-		if d := math.Abs(float64(y[o]) - want); d > 1e-5*mag {
-			t.Errorf("row %d: %v, want %v (Σ|p| %v)", o, y[o], want, mag)
-		}
-	}
-	for _, sh := range []ops.DotShape{{Rows: 2, Unroll: 2}, {Rows: 3, Threads: 64}} {
-		got := make([]float32, out)
-		if err := k.Run(ops.DotMatVec("", "Q4_KQ8_0", sh), w, xq, xd, got); err != nil {
+		vals := make([]float32, out*n)
+		if err := quant.Dequantize(c.typ, w, vals); err != nil {
 			t.Fatal(err)
 		}
-		one := make([]float32, out)
-		if err := k.Run(ops.DotMatVec("", "Q4_KQ8_0", ops.DotShape{Threads: sh.Threads}), w, xq, xd, one); err != nil {
+		if c.typ == quant.Q6_K {
+			a := make([]byte, len(w))
+			if err := ops.RepackQ6_KA(a, w); err != nil {
+				t.Fatal(err)
+			}
+			w = a
+		}
+		y := make([]float32, out)
+		if err := k.Run(ops.DotMatVec("", c.name, ops.DotShape{}), w, xq, xd, y); err != nil {
 			t.Fatal(err)
 		}
 		for o := range out {
-			if math.Float32bits(got[o]) != math.Float32bits(one[o]) {
-				t.Errorf("shape %v row %d: %v, one row a group %v", sh, o, got[o], one[o])
+			var want, mag float64
+			for j := range n {
+				p := float64(float64(vals[o*n+j]) * float64(int8(xq[j])) * float64(xd[j/32]))
+				want += p
+				mag += math.Abs(p)
+			}
+			if d := math.Abs(float64(y[o]) - want); d > 1e-5*mag {
+				t.Errorf("%s row %d: %v, want %v (Σ|p| %v)", c.name, o, y[o], want, mag)
+			}
+		}
+		for _, sh := range []ops.DotShape{{Rows: 2, Unroll: 2}, {Rows: 3, Threads: 64}} {
+			got := make([]float32, out)
+			if err := k.Run(ops.DotMatVec("", c.name, sh), w, xq, xd, got); err != nil {
+				t.Fatal(err)
+			}
+			one := make([]float32, out)
+			if err := k.Run(ops.DotMatVec("", c.name, ops.DotShape{Threads: sh.Threads}), w, xq, xd, one); err != nil {
+				t.Fatal(err)
+			}
+			for o := range out {
+				if math.Float32bits(got[o]) != math.Float32bits(one[o]) {
+					t.Errorf("%s shape %v row %d: %v, one row a group %v", c.name, sh, o, got[o], one[o])
+				}
 			}
 		}
 	}

@@ -61,6 +61,41 @@ func RepackQ6_KA(dst, src []byte) error {
 // unit (two-byte loads of four bytes of each) a quarter of the load
 // instructions a weight byte.
 var dotQ6_KACut = dotCut{Q6_KA.QK, Q6_KA.Bytes, 4 * Q6_KAGroup, func(b *k.Builder, blk, xb *k.Buf, s k.Expr) k.Expr {
+	u := q6kaUnit(b, blk, xb, s)
+	sum := i32c(0)
+	for t := range 4 {
+		sum = b.Let("isum", sum.Add(u.st[t].Mul(u.sc[t])))
+	}
+	return u.d.Mul(sum.Cvt(k.F32))
+}, Q6_KAGroup, nil}
+
+// dotQ6_KAQ8_0Cut is dotQ6_KACut against an activation quantized to Q8_0
+// (a scale a block of 32: QuantizeQ8_0, or a producer that quantizes its
+// own output so): each of the unit's four runs of 16 values is in block
+// 8g+4n+t of the activation's, its integer sum scaled by that block's
+// scale, as llama.cpp's CUDA k-quant dots take Q8_1. Not the CPU's bits
+// (it quantizes to Q8_K).
+var dotQ6_KAQ8_0Cut = dotCut{qk: Q6_KA.QK, bytes: Q6_KA.Bytes, units: 4 * Q6_KAGroup, scales: Q6_KA.QK / 32,
+	scaled: func(b *k.Builder, blk, xb *k.Buf, s k.Expr, xs func(k.Expr) k.Expr) k.Expr {
+		u := q6kaUnit(b, blk, xb, s)
+		first := b.Let("xs0", s.Div(4).Mul(8).Add(s.Div(2).And(1).Mul(4))) // block 8g+4n
+		sum := k.F(0)
+		for t := range 4 {
+			sum = b.Let("fsum", sum.Add(xs(first.Add(t)).Mul(u.st[t].Mul(u.sc[t]).Cvt(k.F32))))
+		}
+		return u.d.Mul(sum)
+	}}
+
+// q6kaSums are a Q6_KA unit's parts: its block's d, and for each run t of
+// its sixteen values their integer sum against the activation's quants and
+// their 8-bit scale.
+type q6kaSums struct {
+	d      k.Expr
+	st, sc [4]k.Expr
+}
+
+// q6kaUnit is Q6_KA unit s (dotQ6_KACut's).
+func q6kaUnit(b *k.Builder, blk, xb *k.Buf, s k.Expr) q6kaSums {
 	g := b.Let("g", s.Div(4))
 	n := b.Let("n", s.Div(2).And(1))
 	l := b.Let("l", s.And(1).Mul(16))
@@ -68,7 +103,7 @@ var dotQ6_KACut = dotCut{Q6_KA.QK, Q6_KA.Bytes, 4 * Q6_KAGroup, func(b *k.Builde
 	qh := b.Let("qh", g.Mul(q6kBodyBytes).Add(n.Mul(32)).Add(l)) // qh's at +128
 	xo := b.Let("xo", g.Mul(256).Add(n.Mul(128)).Add(l))         // the values' activation quants, t at +32t
 	sc := b.Let("scb", g.Mul(q6kBodyBytes).Add(n.Mul(8)).Add(l.Div(16)))
-	sum := i32c(0)
+	var u q6kaSums
 	for t := range 4 {
 		st := i32c(0)
 		for c := range 4 {
@@ -79,7 +114,8 @@ var dotQ6_KACut = dotCut{Q6_KA.QK, Q6_KA.Bytes, 4 * Q6_KAGroup, func(b *k.Builde
 			// (q − 32)·x, the offset taken out of the unsigned product
 			st = b.Let("st", k.Dot4(q, x, st).Sub(k.Dot4(u32c(ones), x, i32c(0)).Mul(i32c(32))))
 		}
-		sum = b.Let("isum", sum.Add(st.Mul(blk.I8(sc.Add(192+2*t)).Cvt(k.I32))))
+		u.st[t], u.sc[t] = st, blk.I8(sc.Add(192+2*t)).Cvt(k.I32)
 	}
-	return blk.Aligned(k.U16, g.Mul(2).Add(q6kaD)).F16ToF32().Mul(sum.Cvt(k.F32))
-}, Q6_KAGroup, nil}
+	u.d = blk.Aligned(k.U16, g.Mul(2).Add(q6kaD)).F16ToF32()
+	return u
+}

@@ -63,7 +63,7 @@ func TestKernelsAssemble(t *testing.T) {
 	// test models have too few heads for it)
 	ks = append(ks, ops.AttentionBlockSplit(64), ops.AttentionBlockSplit(128), ops.AttentionBlockHeads(64, false), ops.AttentionBlockHeads(128, true), ops.ReadStream(), ops.DequantF16(ops.Q6_KA), ops.Embed(ops.Q6_KA),
 		ops.DotMatVec("", "Q6_KA", dotShape("", quant.Q6_K, 4096)), ops.DotMatVec("Add", "Q6_KA", ops.DotShape{Rows: 2, Unroll: 2}),
-		ops.DotMatVec("Add", "Q4_KQ8_0", dotShape("Add", quant.Q4_K, 4096)), ops.AttentionBlockQ8_0(128, 1))
+		ops.DotMatVec("Add", "Q4_KQ8_0", dotShape("Add", quant.Q4_K, 4096)), ops.DotMatVec("Add", "Q6_KAQ8_0", dotShape("Add", quant.Q6_K, 4096)), ops.AttentionBlockQ8_0(128, 1))
 	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
 		if err != nil {
