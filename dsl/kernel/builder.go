@@ -165,8 +165,10 @@ type Kernel struct {
 	Result   Expr   // the kernel's return value (Return), evaluated after Body; nil for none
 	// Phases, where set, are kernels run in turn in place of Body (Phases)
 	Phases []*Kernel
-	NVars  int
-	NBufs  int
+	// Local, where set, makes the phases CTA-local (LocalPhases)
+	Local *Local
+	NVars int
+	NBufs int
 }
 
 // Builder records one kernel. It holds all state, so kernels build

@@ -17,6 +17,18 @@ func Run(k *Kernel, args ...any) (err error) { return run(k, nil, args...) }
 // run interprets k, under the Orders of its default schedule (which, unlike
 // Split and Unroll, decide its rounding), and sets *res to its Result.
 func run(k *Kernel, res *val, args ...any) (err error) {
+	if k.Local != nil {
+		per, err := localArgs(k, args)
+		if err != nil {
+			return err
+		}
+		for i, p := range k.Phases {
+			if err := run(p, nil, per[i]...); err != nil {
+				return fmt.Errorf("kernel %s: %w", k.Name, err)
+			}
+		}
+		return nil
+	}
 	if len(k.Phases) > 0 {
 		per, err := PhaseArgs(k, args)
 		if err != nil {
@@ -32,24 +44,9 @@ func run(k *Kernel, res *val, args ...any) (err error) {
 		}
 		return nil
 	}
-	if hasThreads(k.Schedule) {
-		// cooperative loops are marked by Apply (which lowers the Orders too)
-		if k, err = Apply(k, Schedule{}); err != nil {
-			return err
-		}
-	} else if hasOrders(k.Schedule) {
-		if k, err = lowerOrders(k, k.Schedule); err != nil {
-			return err
-		}
-	}
-	if len(args) != len(k.Params) {
-		return fmt.Errorf("kernel %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
-	}
-	m := &machine{vars: make([]val, k.NVars), bufs: make([]bufv, k.NBufs)}
-	for i, p := range k.Params {
-		if err := m.bind(p, args[i]); err != nil {
-			return fmt.Errorf("kernel %s: %v", k.Name, err)
-		}
+	k, m, err := prepare(k, args)
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -65,6 +62,32 @@ func run(k *Kernel, res *val, args ...any) (err error) {
 		*res = m.eval(k.Result)
 	}
 	return nil
+}
+
+// prepare lowers k for the interpreter (its cooperative loops marked, its
+// Orders lowered) and binds args on a new machine.
+func prepare(k *Kernel, args []any) (*Kernel, *machine, error) {
+	var err error
+	if hasThreads(k.Schedule) {
+		// cooperative loops are marked by Apply (which lowers the Orders too)
+		if k, err = Apply(k, Schedule{}); err != nil {
+			return nil, nil, err
+		}
+	} else if hasOrders(k.Schedule) {
+		if k, err = lowerOrders(k, k.Schedule); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(args) != len(k.Params) {
+		return nil, nil, fmt.Errorf("kernel %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
+	}
+	m := &machine{vars: make([]val, k.NVars), bufs: make([]bufv, k.NBufs)}
+	for i, p := range k.Params {
+		if err := m.bind(p, args[i]); err != nil {
+			return nil, nil, fmt.Errorf("kernel %s: %v", k.Name, err)
+		}
+	}
+	return k, m, nil
 }
 
 type runError string

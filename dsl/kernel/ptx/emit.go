@@ -24,7 +24,9 @@ func Module(ks []*kernel.Kernel, t Target) (string, error) {
 	for i, k := range ks {
 		var s string
 		var err error
-		if len(k.Phases) > 0 {
+		if k.Local != nil {
+			s, err = localEntry(k, t, i)
+		} else if len(k.Phases) > 0 {
 			s, err = phasedEntry(k, t, i)
 		} else {
 			s, err = entry(k, t, i)
@@ -118,6 +120,9 @@ type fn struct {
 	waited    bool       // its wait is rendered
 	launched  bool       // the kernel after may launch already (Target.LaunchEarly)
 	trace     *traceRegs // Target.Trace's registers (trace.go)
+	// localGroups is a CTA-local phase's groups a CTA (kernel.Local; 0:
+	// a plain grid loop)
+	localGroups int
 
 	// kernel.Stage (stage.go): rendered at all, the CTA the slots are sized
 	// for, this group's region and the bytes of it taken, the most any
@@ -541,18 +546,39 @@ func (f *fn) gridStart(s *kernel.Stmt) (i, hi, n string) {
 	f.ins("mov.u32 %s, %%nctaid.x", nctaid)
 	g, t := f.reg(c64), f.reg(c64)
 	n = f.reg(c64)
-	f.ins("mul.wide.u32 %s, %s, %s", g, ctaid, ntid)
-	f.ins("cvt.u64.u32 %s, %s", t, tid)
-	f.ins("add.s64 %s, %s, %s", g, g, t)
-	f.ins("mul.wide.u32 %s, %s, %s", n, nctaid, ntid)
-	if f.width > 1 {
-		// a group of width threads runs each iteration; g is the group now
-		f.lane = f.reg(c64)
-		f.ins("and.b64 %s, %s, %d", f.lane, g, f.width-1)
-		f.ins("shr.u64 %s, %s, %d", g, g, log2(f.width))
-		f.ins("shr.u64 %s, %s, %d", n, n, log2(f.width))
-		f.laneMask(tid)
-		f.groupSlots(tid)
+	var idle string // a local phase's groups past its share (localGroups)
+	if f.localGroups > 0 {
+		// a CTA-local phase (kernel.LocalPhases): the CTA's first
+		// localGroups groups take consecutive iterations, the stride
+		// every CTA's share
+		f.ins("cvt.u64.u32 %s, %s", t, tid)
+		f.ins("shr.u64 %s, %s, %d", t, t, log2(f.width))
+		f.ins("mul.wide.u32 %s, %s, %d", g, ctaid, f.localGroups)
+		f.ins("add.s64 %s, %s, %s", g, g, t)
+		f.ins("mul.wide.u32 %s, %s, %d", n, nctaid, f.localGroups)
+		idle = f.reg(cPred)
+		f.ins("setp.ge.s64 %s, %s, %d", idle, t, f.localGroups)
+		if f.width > 1 {
+			f.lane = f.reg(c64)
+			f.ins("cvt.u64.u32 %s, %s", f.lane, tid)
+			f.ins("and.b64 %s, %s, %d", f.lane, f.lane, f.width-1)
+			f.laneMask(tid)
+			f.groupSlots(tid)
+		}
+	} else {
+		f.ins("mul.wide.u32 %s, %s, %s", g, ctaid, ntid)
+		f.ins("cvt.u64.u32 %s, %s", t, tid)
+		f.ins("add.s64 %s, %s, %s", g, g, t)
+		f.ins("mul.wide.u32 %s, %s, %s", n, nctaid, ntid)
+		if f.width > 1 {
+			// a group of width threads runs each iteration; g is the group now
+			f.lane = f.reg(c64)
+			f.ins("and.b64 %s, %s, %d", f.lane, g, f.width-1)
+			f.ins("shr.u64 %s, %s, %d", g, g, log2(f.width))
+			f.ins("shr.u64 %s, %s, %d", n, n, log2(f.width))
+			f.laneMask(tid)
+			f.groupSlots(tid)
+		}
 	}
 	f.stageStart(s, tid)
 	if s.Step != 1 {
@@ -563,6 +589,9 @@ func (f *fn) gridStart(s *kernel.Stmt) (i, hi, n string) {
 	hi = f.frozen(s.Hi)
 	i = f.reg(c64)
 	f.ins("add.s64 %s, %s, %s", i, lo, g)
+	if idle != "" {
+		f.ins("selp.b64 %s, %s, %s, %s", i, hi, i, idle) // no iteration
+	}
 	return i, hi, n
 }
 

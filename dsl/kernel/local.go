@@ -1,0 +1,160 @@
+package kernel
+
+import "fmt"
+
+// LocalPhases is one kernel that runs ks in turn over the same CTAs of cta
+// threads with only a CTA barrier between the phases, not a grid's: a
+// later phase may read what its own CTA wrote in the phases before and
+// nothing the other CTAs wrote. Each phase's grid loop hands a CTA
+// shares[i] consecutive groups of its iterations at a time (0: as many as
+// the CTA holds, cta over the phase's width), the next shares[i] after a
+// stride of every CTA's; so a producer of 32 rows a CTA (16 groups of 2)
+// and an epilogue of one block a CTA (one group, shares 1) meet in the
+// same CTA, and the epilogue needs no launch of its own.
+//
+// The interpreter runs the phases one after another, as Phases does; the
+// CTA-local contract (each phase reads only its own CTA's writes) is what
+// RunCTAs checks, running the CTAs one after another instead. Its
+// parameters are each phase's in turn.
+func LocalPhases(name string, cta int, shares []int, ks ...*Kernel) (*Kernel, error) {
+	switch {
+	case len(ks) < 2:
+		return nil, fmt.Errorf("kernel %s: local phases of %d kernels (two or more)", name, len(ks))
+	case len(shares) != len(ks):
+		return nil, fmt.Errorf("kernel %s: %d shares for %d phases", name, len(shares), len(ks))
+	case cta < 64 || cta > MaxThreads || cta%32 != 0:
+		return nil, fmt.Errorf("kernel %s: a CTA of %d threads (a multiple of 32 from 64 to %d)", name, cta, MaxThreads)
+	}
+	out := &Kernel{Name: name, Schedule: Schedule{}, Phases: ks, Local: &Local{CTA: cta, Shares: shares}}
+	out.Doc = fmt.Sprintf("%d CTA-local phases: ", len(ks))
+	for i, k := range ks {
+		switch {
+		case len(k.Phases) > 0:
+			return nil, fmt.Errorf("kernel %s: phase %s has phases of its own", name, k.Name)
+		case k.Result != nil:
+			return nil, fmt.Errorf("kernel %s: phase %s returns a result (a phase stores what it computes)", name, k.Name)
+		case shares[i] < 0:
+			return nil, fmt.Errorf("kernel %s: phase %s's share %d", name, k.Name, shares[i])
+		}
+		if w := kernelWidth(k); shares[i]*w > cta || w > cta {
+			return nil, fmt.Errorf("kernel %s: phase %s: %d groups of %d threads in a CTA of %d", name, k.Name, max(shares[i], 1), w, cta)
+		}
+		out.Params = append(out.Params, k.Params...)
+		if i > 0 {
+			out.Doc += ", "
+		}
+		out.Doc += k.Name
+	}
+	return out, nil
+}
+
+// Local is LocalPhases' launch shape: the CTA's threads and each phase's
+// groups a CTA (0: all it holds).
+type Local struct {
+	CTA    int
+	Shares []int
+}
+
+// Groups is phase i's groups a CTA, each of width threads.
+func (l *Local) Groups(i, width int) int {
+	if l.Shares[i] > 0 {
+		return l.Shares[i]
+	}
+	return l.CTA / width
+}
+
+// kernelWidth is the width of k's cooperative loops (1 without).
+func kernelWidth(k *Kernel) int {
+	w := 1
+	for _, ls := range k.Schedule {
+		w = max(w, ls.Threads)
+	}
+	return w
+}
+
+// localArgs splits a local phased kernel's arguments into each phase's.
+func localArgs(k *Kernel, args []any) ([][]any, error) {
+	if len(args) != len(k.Params) {
+		return nil, fmt.Errorf("kernel %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
+	}
+	var out [][]any
+	at := 0
+	for _, p := range k.Phases {
+		out = append(out, args[at:at+len(p.Params)])
+		at += len(p.Params)
+	}
+	return out, nil
+}
+
+// RunCTAs interprets local phased kernel k as a launch of ctas CTAs runs
+// it on a GPU where no two CTAs overlap: CTA 0 through every phase (each
+// phase's grid loop at the iterations the CTA takes), then CTA 1, and so
+// on. Where every phase reads only its own CTA's writes, the results are
+// Run's; a phase that reads another CTA's sees it unwritten (or, where it
+// reads what a CTA before it wrote, written), so comparing the two catches
+// a broken contract.
+func RunCTAs(k *Kernel, ctas int, args ...any) (err error) {
+	if k.Local == nil {
+		return fmt.Errorf("kernel %s: not local phases", k.Name)
+	}
+	if ctas < 1 {
+		return fmt.Errorf("kernel %s: %d CTAs", k.Name, ctas)
+	}
+	per, err := localArgs(k, args)
+	if err != nil {
+		return err
+	}
+	type phase struct {
+		m            *machine
+		grid         *Stmt
+		lo, hi, step int64
+		groups       int64
+	}
+	ps := make([]phase, len(k.Phases))
+	defer func() {
+		if r := recover(); r != nil {
+			re, ok := r.(runError)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("kernel %s: %s", k.Name, string(re))
+		}
+	}()
+	for i, p := range k.Phases {
+		lk, m, err := prepare(p, per[i])
+		if err != nil {
+			return fmt.Errorf("kernel %s: %w", k.Name, err)
+		}
+		at := -1
+		for j, s := range lk.Body {
+			if s.Op == SFor && s.Loop == Parallel {
+				at = j
+			}
+		}
+		if at < 0 {
+			return fmt.Errorf("kernel %s: phase %s has no grid loop", k.Name, p.Name)
+		}
+		m.stmts(lk.Body[:at]) // its pure lead-in
+		g := lk.Body[at]
+		ps[i] = phase{m: m, grid: g, lo: m.eval(g.Lo).i, hi: m.eval(g.Hi).i, step: int64(g.Step),
+			groups: int64(k.Local.Groups(i, kernelWidth(p)))}
+	}
+	for c := int64(0); c < int64(ctas); c++ {
+		for _, p := range ps {
+			for base := c * p.groups; ; base += int64(ctas) * p.groups {
+				if p.lo+base*p.step >= p.hi {
+					break
+				}
+				for w := int64(0); w < p.groups; w++ {
+					i := p.lo + (base+w)*p.step
+					if i >= p.hi {
+						break
+					}
+					p.m.vars[p.grid.Var.ID] = val{i: i}
+					p.m.stmts(p.grid.Body)
+				}
+			}
+		}
+	}
+	return nil
+}

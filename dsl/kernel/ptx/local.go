@@ -1,0 +1,90 @@
+package ptx
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jitllm/jitllm/dsl/kernel"
+)
+
+// A CTA-local phased kernel (kernel.LocalPhases) is one entry that runs
+// each phase's grid loop in turn over the same CTAs with a CTA barrier
+// (bar.sync) between: no grid barrier, so any grid is correct and its CTAs
+// need not be resident at once. Phase i's loop gives each CTA
+// Local.Groups(i) consecutive groups of its iterations, the next after a
+// stride of every CTA's; a CTA's groups past that share idle through the
+// phase. Only the first phase waits for the kernel before (a dependent
+// launch); the later ones read what their own CTA wrote, ordered by the
+// barrier. No stages: the phases' mat-vecs read where their rows lie.
+
+// localEntry renders local phased kernel k, entry id of its module.
+func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
+	ps, _, err := lowerPhases(k, t)
+	if err != nil {
+		return "", err
+	}
+	cta := k.Local.CTA
+	wide := false
+	for _, p := range ps {
+		switch {
+		case p.width > cta:
+			return "", fmt.Errorf("ptx: kernel %s: phase %s's groups of %d in a CTA of %d", k.Name, p.k.Name, p.width, cta)
+		case p.width > 32 && cta/p.width > 15:
+			return "", fmt.Errorf("ptx: kernel %s: phase %s's groups of %d, %d to a CTA of %d (at most 15)", k.Name, p.k.Name, p.width, cta/p.width, cta)
+		}
+		wide = wide || p.width > 32
+	}
+	dependent := t.Dependent != nil && t.Dependent(k)
+	if dependent && t.SM < 90 {
+		return "", fmt.Errorf("ptx: kernel %s: dependent launch needs sm_90 (target sm_%d)", k.Name, t.SM)
+	}
+	f := newFn(k.Name, ps[0].k, t)
+	f.cta = cta
+	if wide {
+		f.red = "red_" + paramName(0, k.Name)
+	}
+	if t.Trace {
+		f.traceStart(len(ps))
+	}
+	var params, names []string
+	first := 0
+	for i, p := range ps {
+		f.k, f.grid, f.width, f.lane, f.mask = p.k, p.grid, p.width, "", ""
+		f.localGroups = k.Local.Groups(i, p.width)
+		names = append(names, fmt.Sprintf("%s (%d×%d)", p.k.Name, f.localGroups, p.width))
+		params = append(params, f.loadParams(p.k.Params, first)...)
+		first += len(p.k.Params)
+		if i > 0 {
+			f.traceEnd(id, i-1)
+			f.out.WriteString(fmt.Sprintf("\t// phase %d: %s, after the CTA's groups are done with phase %d\n", i, p.k.Name, i-1))
+			f.ins("bar.sync 0")
+			f.traceNext()
+			f.stmts(p.k.Body)
+			continue
+		}
+		// the first phase waits for the kernel before as a kernel does
+		f.dependent, f.prefetch = dependent, dependent
+		if dependent {
+			if err := prefetchFirst(p.k.Body); err != nil {
+				return "", fmt.Errorf("ptx: kernel %s: %w", p.k.Name, err)
+			}
+			if !hasPrefetch(p.k.Body) {
+				f.depWait()
+			}
+		}
+		f.stmts(p.k.Body)
+		if dependent && hasPrefetch(p.k.Body) {
+			f.depWait() // a group with no iteration met no wait
+		}
+		f.dependent, f.prefetch = false, false
+	}
+	f.traceEnd(id, len(ps)-1)
+	f.ins("ret")
+	if f.err != nil {
+		return "", f.err
+	}
+	f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", cta)
+	mode := fmt.Sprintf("%d CTA-local phases, each a loop spread over the grid (each CTA its share of consecutive groups), a CTA barrier between: %s; CTAs of exactly %d",
+		len(ps), strings.Join(names, ", "), cta)
+	return f.text(k.Doc, mode, params, 0, 8*cta/32), nil
+}
