@@ -448,6 +448,22 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 	return b.MustBuild()
 }
 
+// DotSwiGLUQ8_0 is the SwiGLU mat-vec of weight type typ in shape sh
+// (DotMatVec's "SwiGLU" form) with its output quantized to Q8_0 in the
+// same launch: MatVecDotSwiGLU<typ><sh>Q8_0(wg, wu, xq, xd, y, yq, yd), a
+// kernel.LocalPhases of the mat-vec, whose CTAs take 32 rows at a time
+// (32/Rows groups of Threads), and QuantizeQ8_0 (x = y, into yq, yd), a
+// block a CTA: each CTA quantizes the rows it computed, so the quantizer
+// needs no launch of its own. The bits are the two kernels' in turn.
+func DotSwiGLUQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
+	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
+	if 32%sh.Rows != 0 || sh.Acts > 1 || sh.Stage > 0 {
+		return nil, fmt.Errorf("DotSwiGLUQ8_0: shape %+v (rows dividing 32, one activation row, unstaged)", sh)
+	}
+	mv := DotMatVec("SwiGLU", typ, sh)
+	return k.LocalPhases(mv.Name+"Q8_0", 32/sh.Rows*sh.Threads, []int{0, 1}, mv, QuantizeQ8_0())
+}
+
 // groupSums folds a group's rows weight rows from row first on (of every
 // matrix in ws, rowBytes each) against acts activation rows of nb blocks
 // (xq, xd) in the grid loop's body, over a unit loop named loop: the

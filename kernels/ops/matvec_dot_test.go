@@ -548,3 +548,49 @@ func TestMatVecDotRopeKVSplit(t *testing.T) {
 		}
 	}
 }
+
+// The SwiGLU that quantizes its own output (DotSwiGLUQ8_0) gives the
+// SwiGLU mat-vec's output and QuantizeQ8_0's quants and scales of it, bit
+// for bit, run phase by phase and CTA by CTA (each CTA quantizes only the
+// rows it computed, whatever the grid).
+func TestDotSwiGLUQ8_0(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 52))
+	const n, out = 512, 32 * 5
+	wg, wu := gateUp(quant.Q4_K, n, out, r)
+	xq, xd := partner(t, "Q8_K", opstest.Floats(n, 2, r))
+	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2}, {Rows: 4, Threads: 64}} {
+		y := make([]float32, out)
+		if err := k.Run(ops.DotMatVec("SwiGLU", "Q4_K", sh), wg, wu, xq, xd, y); err != nil {
+			t.Fatal(err)
+		}
+		yq, yd := partner(t, "Q8_0", y)
+		lk, err := ops.DotSwiGLUQ8_0("Q4_K", sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ctas := range []int{0, 1, 2, out / 32} {
+			gy, gq, gd := make([]float32, out), make([]byte, out), make([]float32, out/32)
+			if ctas == 0 {
+				err = k.Run(lk, wg, wu, xq, xd, gy, gy, gq, gd)
+			} else {
+				err = k.RunCTAs(lk, ctas, wg, wu, xq, xd, gy, gy, gq, gd)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range y {
+				if math.Float32bits(gy[i]) != math.Float32bits(y[i]) || gq[i] != yq[i] {
+					t.Fatalf("shape %v, %d CTAs: row %d: %v q %d, want %v q %d", sh, ctas, i, gy[i], gq[i], y[i], yq[i])
+				}
+			}
+			for b := range yd {
+				if math.Float32bits(gd[b]) != math.Float32bits(yd[b]) {
+					t.Errorf("shape %v, %d CTAs: block %d's scale %v, want %v", sh, ctas, b, gd[b], yd[b])
+				}
+			}
+		}
+	}
+	if _, err := ops.DotSwiGLUQ8_0("Q4_K", ops.DotShape{Rows: 3}); err == nil {
+		t.Error("3 rows a group: no error")
+	}
+}

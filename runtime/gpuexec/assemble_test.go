@@ -64,6 +64,12 @@ func TestKernelsAssemble(t *testing.T) {
 	ks = append(ks, ops.AttentionBlockSplit(64), ops.AttentionBlockSplit(128), ops.AttentionBlockHeads(64, false), ops.AttentionBlockHeads(128, true), ops.ReadStream(), ops.DequantF16(ops.Q6_KA), ops.Embed(ops.Q6_KA),
 		ops.DotMatVec("", "Q6_KA", dotShape("", quant.Q6_K, 4096)), ops.DotMatVec("Add", "Q6_KA", ops.DotShape{Rows: 2, Unroll: 2}),
 		ops.DotMatVec("Add", "Q4_KQ8_0", dotShape("Add", quant.Q4_K, 4096)), ops.DotMatVec("Add", "Q6_KAQ8_0", dotShape("Add", quant.Q6_K, 4096)), ops.AttentionBlockQ8_0(128, 1))
+	// the SwiGLU that quantizes its own output (JITLLM_SWIGLU_Q8_0=1)
+	sq, err := ops.DotSwiGLUQ8_0("Q4_K", dotShape("SwiGLU", quant.Q4_K, 14336))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks = append(ks, sq)
 	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
 		if err != nil {

@@ -60,8 +60,10 @@ func TestGPUMatchesCPU(t *testing.T) {
 			// and copying ahead in resident grids (alone and phased); then
 			// with the RopeKV stacks of two types in one launch; then
 			// warming the next weights on a second stream (warm.go); then
-			// neither staged nor stacked (the defaults stage and stack)
+			// neither staged nor stacked (the defaults stage and stack);
+			// then the SwiGLU quantizing its own output
 			defer func(h int, ts []splitTier) { decodeBlockHeads, decodeSplits = h, ts }(decodeBlockHeads, decodeSplits)
+			defaultHeads := decodeBlockHeads
 			tiers, early := decodeSplits, []splitTier{{from: 16, chunks: 16}, {from: 24, chunks: 32}}
 			for _, c := range []struct {
 				heads                                        int
@@ -87,6 +89,17 @@ func TestGPUMatchesCPU(t *testing.T) {
 				if on, err := g.Graphs(); !on {
 					t.Errorf("steps did not replay a CUDA graph: %v", err)
 				}
+			}
+			// the SwiGLU quantizing its own output (JITLLM_SWIGLU_Q8_0), in
+			// its shape and at 2 rows a group, the defaults otherwise
+			decodeBlockHeads, decodeSplits = defaultHeads, tiers
+			for _, env := range []string{"JITLLM_DEPENDENT_LAUNCH", "JITLLM_PHASES", "JITLLM_STAGE", "JITLLM_STAGE_AHEAD", "JITLLM_STAGE_GRID", "JITLLM_ROPE_STACK", "JITLLM_WARM"} {
+				t.Setenv(env, "")
+			}
+			for _, v := range []string{"1", "2"} {
+				t.Setenv("JITLLM_SWIGLU_Q8_0", v)
+				cpu.Truncate(0)
+				agree(t, cpu, gpuRunner(t, m, exec.Options{Context: 128}), 32, tolerance(name))
 			}
 		})
 	}

@@ -125,7 +125,10 @@ type plan struct {
 
 	// ropeShapes are the RopeKV mat-vecs' layouts and shapes, by kernel
 	// (ropestack.go)
-	ropeShapes map[*kernel.Kernel]ropeShape
+	ropeShapes map[*kernel.Kernel]layoutShape
+	// swigluShapes are the one-row step's SwiGLU mat-vecs' layouts and
+	// shapes, by kernel (the down projection may fold their quantizer)
+	swigluShapes map[*kernel.Kernel]layoutShape
 
 	step    int  // the I32 allocation [last real row, position, tokens…]
 	logits  view // the last node's output, one-row step
@@ -305,6 +308,29 @@ func dotQuantizer(t quant.Type) (name string, mk func() *kernel.Kernel, qk int) 
 		return "QuantizeQ8_0", ops.QuantizeQ8_0, 32
 	}
 	return "QuantizeQ8_K", ops.QuantizeQ8_K, 256
+}
+
+// swigluQ8_0 reports whether a one-row step's SwiGLU quantizes its own
+// output to Q8_0 for the down projection after it (ops.DotSwiGLUQ8_0,
+// JITLLM_SWIGLU_Q8_0=1: in the SwiGLU's shape, a CTA of 32 rows; =2 or
+// =4: that many rows a group, a smaller CTA): off until measured on a
+// device.
+func swigluQ8_0() bool {
+	switch os.Getenv("JITLLM_SWIGLU_Q8_0") {
+	case "1", "2", "4":
+		return true
+	}
+	return false
+}
+
+// swigluQ8_0Shape is the folded SwiGLU's shape from the plan's: unstaged
+// (local phases take no stages), its rows JITLLM_SWIGLU_Q8_0's where 2 or 4.
+func swigluQ8_0Shape(sh ops.DotShape) ops.DotShape {
+	sh.Stage = 0
+	if r, err := strconv.Atoi(os.Getenv("JITLLM_SWIGLU_Q8_0")); err == nil && r > 1 {
+		sh.Rows = r
+	}
+	return sh
 }
 
 // integerDot reports whether a decode mat-vec over weights of type t runs
@@ -489,7 +515,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		}
 		l := deviceLayout(t, cols)
 		if actQ8_0 {
-			l = "Q4_KQ8_0"
+			l += "Q8_0" // Q4_KQ8_0, Q6_KAQ8_0
 		}
 		return fmt.Sprintf("MatVecDot%s%s%s", form, l, sh), func() *kernel.Kernel { return ops.DotMatVec(form, l, sh) }
 	}
@@ -728,15 +754,35 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						if actQ8_0 = q8Act[i] && xr == 1; actQ8_0 {
 							qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
 						}
+						folded := false
+						if xr == 1 && swigluQ8_0() && !actQ8_0 && len(uses[n.In[0]]) == 1 && len(*p.dst) > 0 {
+							// the SwiGLU before quantizes its own output
+							// (ops.DotSwiGLUQ8_0) where this mat-vec alone
+							// reads it and takes it in Q8_0
+							prev := &(*p.dst)[len(*p.dst)-1]
+							l := deviceLayout(w.Type, cols)
+							sh, isSwiGLU := p.swigluShapes[prev.k]
+							if isSwiGLU && prev.args[len(prev.args)-1] == x && (l == "Q4_K" || l == "Q6_KA") {
+								if lk, err := ops.DotSwiGLUQ8_0(sh.layout, swigluQ8_0Shape(sh.shape)); err == nil {
+									qk, actQ8_0, folded = 32, true, true
+									xq, xd := actQuants(x.n, qk)
+									prev.k = cached(lk.Name, func() *kernel.Kernel { return lk })
+									prev.args = append(prev.args, x, xq, xd)
+								}
+							}
+						}
 						// a decode mat-vec in integers: the activation's
 						// quants and scales in its partner type, shared as
 						// the rounding is
 						xq, xd := actQuants(x.n, qk)
 						quantize := cached(qname, qmk)
-						if last.rk != quantize || last.x != x {
+						if !folded && (last.rk != quantize || last.x != x) {
 							p.call(i, quantize, x, xq, xd)
 						}
 						last.rk, last.x = quantize, x
+						if folded {
+							last.rk = nil
+						}
 						dotIn = []any{xq, xd}
 						k = cached(dotMatVec("", w.Type, n.Cols, cols, xr)) // xr > 1: every row's products, each weight read once
 						if xr > 1 {
@@ -819,9 +865,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					l := deviceLayout(w.Type, cols)
 					rk := cached(fmt.Sprintf("MatVecDotRopeKV%s%s", l, sh), func() *kernel.Kernel { return ops.DotMatVec("RopeKV", l, sh) })
 					if p.ropeShapes == nil {
-						p.ropeShapes = map[*kernel.Kernel]ropeShape{}
+						p.ropeShapes = map[*kernel.Kernel]layoutShape{}
 					}
-					p.ropeShapes[rk] = ropeShape{l, sh}
+					p.ropeShapes[rk] = layoutShape{l, sh}
 					p.call(i, rk, append(append([]any{wv}, dotIn...), y, whole(kc, p), whole(vc, p), stepAll(p), whole(fa, p),
 						nq, nk, r.HeadDim, r.Dims, ts, r.FreqScale)...)
 					break
@@ -852,7 +898,14 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					// never stored, the Mul after them done as it stores
 					mul := epilogues[up].node
 					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols, cols, xr)
-					p.call(i, cached(name, mk), append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
+					sk := cached(name, mk)
+					p.call(i, sk, append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
+					if xr == 1 {
+						if p.swigluShapes == nil {
+							p.swigluShapes = map[*kernel.Kernel]layoutShape{}
+						}
+						p.swigluShapes[sk] = layoutShape{deviceLayout(w.Type, cols), p.dotShape(dotKey{"SwiGLU", w.Type, n.Cols, cols})}
+					}
 					fused[next.node], fused[up], fused[mul] = true, true, true
 				case (xr == 1 || dotIn != nil) && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the

@@ -968,3 +968,56 @@ func TestSplitTiersEnv(t *testing.T) {
 		}
 	}
 }
+
+// With JITLLM_SWIGLU_Q8_0=1 a one-row step's SwiGLU quantizes its own
+// output to Q8_0 (ops.DotSwiGLUQ8_0) where the down projection after it is
+// Q4_K or Q6_KA, which then takes it so (…Q4_KQ8_0, …Q6_KAQ8_0): no
+// quantizer launch between the two; the interpreted plan still generates
+// what the CPU runner generates, in the SwiGLU's shape (=1) and at 2 rows
+// a group (=2).
+func TestSwiGLUQ8_0Plan(t *testing.T) {
+	for _, c := range []struct{ name, env string }{{"synthetic/tiny256-Q4_K_M.gguf", "1"}, {"synth:llama-3.2-1b/Q4_K_M", "1"}, {"synth:llama-3.2-1b/Q4_K_M", "2"}} {
+		name := c.name
+		m := loadModel(t, name)
+		plain, err := newPlan(m, 64, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("JITLLM_SWIGLU_Q8_0", c.env)
+		p, err := newPlan(m, 64, 4)
+		t.Setenv("JITLLM_SWIGLU_Q8_0", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		folded, layouts := 0, map[string]bool{}
+		for i, l := range p.launches {
+			if !strings.HasPrefix(l.k.Name, "MatVecDotSwiGLU") || !strings.HasSuffix(l.k.Name, "Q8_0") {
+				continue
+			}
+			folded++
+			next := p.launches[i+1].k.Name
+			switch {
+			case strings.HasPrefix(next, "MatVecDotAddQ4_KQ8_0"):
+				layouts["Q4_K"] = true
+			case strings.HasPrefix(next, "MatVecDotAddQ6_KAQ8_0"):
+				layouts["Q6_KA"] = true
+			default:
+				t.Errorf("%s: launch %d: %s then %s, want the down projection on a Q8_0 activation", name, i, l.k.Name, next)
+			}
+		}
+		if folded == 0 || len(p.launches) != len(plain.launches)-folded {
+			t.Errorf("%s: %d SwiGLUs quantize their output; %d launches a step, %d without", name, folded, len(p.launches), len(plain.launches))
+		}
+		if c.env == "2" && folded > 0 && !strings.Contains(p.launches[slices.IndexFunc(p.launches, func(l launch) bool {
+			return strings.HasSuffix(l.k.Name, "Q8_0") && strings.HasPrefix(l.k.Name, "MatVecDotSwiGLU")
+		})].k.Name, "x2") {
+			t.Errorf("%s: JITLLM_SWIGLU_Q8_0=2: the folded SwiGLU is not 2 rows a group", name)
+		}
+		t.Logf("%s (=%s): %d SwiGLUs quantize their output, down projections %v", name, c.env, folded, layouts)
+		if _, _, _, _, err := render(p, ptx.Target{SM: 90}, true); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		cpu := cpuRunner(t, m, exec.Options{Context: 64})
+		agree(t, cpu, newHostExec(p), 2, tolerance(name))
+	}
+}

@@ -16,8 +16,9 @@ import (
 // faster, the 1B's 2.5%. JITLLM_ROPE_STACK=0 turns it off. The split
 // kernel takes no stages (JITLLM_STAGE): its launch streams as unstaged.
 
-// ropeShape is a RopeKV mat-vec's weight layout and shape.
-type ropeShape struct {
+// layoutShape is an integer mat-vec's weight layout and shape (a RopeKV
+// or a SwiGLU launch's).
+type layoutShape struct {
 	layout string
 	shape  ops.DotShape
 }

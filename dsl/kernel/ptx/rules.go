@@ -148,6 +148,16 @@ func Threads(k *kernel.Kernel, t Target, args ...any) (int, error) {
 			if err != nil {
 				return 0, err
 			}
+			if l := k.Local; l != nil {
+				// the CTAs whose shares of groups cover the phase
+				lp, _, err := lower(p, t)
+				if err != nil {
+					return 0, err
+				}
+				w := width(lp.Body)
+				g := l.Groups(i, w)
+				m = (m/w + g - 1) / g * l.CTA
+			}
 			n = max(n, m)
 		}
 		return n, nil
