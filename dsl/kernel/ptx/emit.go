@@ -297,7 +297,7 @@ func (f *fn) text(doc, mode string, params []string, shared, red int) string {
 	if doc != "" {
 		fmt.Fprintf(&b, "// %s %s\n", f.entry, asciiOnly(doc))
 	}
-	fmt.Fprintf(&b, "// launch: %s\n", mode)
+	fmt.Fprintf(&b, "// launch: %s\n", asciiOnly(mode))
 	if f.smem {
 		// a module-scope name for the CTA's dynamic shared memory
 		fmt.Fprintf(&b, "// dynamic shared memory: %d bytes a CTA\n.extern .shared .align 16 .b8 %s[];\n", shared, f.smemName())

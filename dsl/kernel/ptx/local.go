@@ -51,7 +51,7 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 	for i, p := range ps {
 		f.k, f.grid, f.width, f.lane, f.mask = p.k, p.grid, p.width, "", ""
 		f.localGroups = k.Local.Groups(i, p.width)
-		names = append(names, fmt.Sprintf("%s (%d×%d)", p.k.Name, f.localGroups, p.width))
+		names = append(names, fmt.Sprintf("%s (%d groups of %d)", p.k.Name, f.localGroups, p.width))
 		params = append(params, f.loadParams(p.k.Params, first)...)
 		first += len(p.k.Params)
 		if i > 0 {

@@ -58,3 +58,20 @@ func TestLocalPhasesRender(t *testing.T) {
 		t.Error("a CTA of 32: no error")
 	}
 }
+
+// The driver's PTX assembler takes ASCII only, comments included.
+func TestLocalPhasesASCII(t *testing.T) {
+	lp, err := k.LocalPhases("rowsMax", 1024, []int{0, 1}, pfKernel(false), blockMaxKernel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := ptx.Render(lp, ptx.Target{SM: 90, Trace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range src {
+		if c > 127 {
+			t.Fatalf("non-ASCII %q at byte %d", c, i)
+		}
+	}
+}
