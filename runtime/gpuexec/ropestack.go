@@ -25,6 +25,20 @@ type layoutShape struct {
 
 func ropeStacks() bool { return os.Getenv("JITLLM_ROPE_STACK") != "0" }
 
+// ropeStackRows is JITLLM_ROPE_STACK_ROWS: the split launch's rows a group
+// where set to an even number (0, the default: the q and k rows' shape's).
+// The rows change no bit, only how many CTAs the launch takes: at 2 rows a
+// warp the 8B's split launch (88 registers a thread, 5 CTAs of 128 a
+// multiprocessor) is 768 CTAs, 1.16 waves of the H200's 660, and its last
+// CTAs started 7.7 µs after its first (TestGPUStepTrace, stop 37).
+func ropeStackRows() int {
+	r := envInt("JITLLM_ROPE_STACK_ROWS", 0)
+	if r < 2 || r%2 != 0 {
+		return 0
+	}
+	return r
+}
+
 // stackRopeKV replaces, in the one-row steps, each RopeKV launch of q and
 // k rows alone followed by one of v rows alone (of another layout, the same
 // activation, caches and RoPE) with one split launch in the first's shape
@@ -42,11 +56,14 @@ func (p *plan) stackRopeKV() {
 			a, okA := p.ropeShapes[l.k]
 			b, okB := p.ropeShapes[ls[i+1].k]
 			next := ls[i+1]
-			if !okA || !okB || a.layout == b.layout || !ops.CanSplitRopeKV(a.layout, b.layout) || !splitPair(l.args, next.args, a.shape.Rows, b.shape.Rows) {
+			sh := a.shape
+			if r := ropeStackRows(); r > 0 {
+				sh.Rows = r
+			}
+			if !okA || !okB || a.layout == b.layout || !ops.CanSplitRopeKV(a.layout, b.layout) || !splitPair(l.args, next.args, sh.Rows, b.shape.Rows) {
 				out = append(out, l)
 				continue
 			}
-			sh := a.shape
 			sh.Stage, sh.Prefetch = 0, false
 			key := fmt.Sprintf("%s_%s%s_u%d", a.layout, b.layout, sh, b.shape.Unroll)
 			k, ok := made[key]

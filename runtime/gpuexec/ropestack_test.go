@@ -21,6 +21,31 @@ func TestRopeStackPlan(t *testing.T) {
 	for _, name := range []string{"synthetic/tiny256-Q4_K_M.gguf", "synth:llama-3.2-1b/Q4_K_M"} {
 		t.Run(name, func(t *testing.T) { ropeStackPlan(t, name) })
 	}
+	// the split launch at 4 rows a group (JITLLM_ROPE_STACK_ROWS): the
+	// same bits as at the shape's 2, in half the CTAs
+	m := loadModel(t, "synth:llama-3.2-1b/Q4_K_M")
+	two, err := newPlanTiles(m, 64, 4, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JITLLM_ROPE_STACK_ROWS", "4")
+	four, err := newPlanTiles(m, 64, 4, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range four.launches {
+		if strings.HasPrefix(l.k.Name, "MatVecDotRopeKV") && l.k.Params[1].Buf.Name == "wb" {
+			if !strings.Contains(l.k.Name, "x4") {
+				t.Errorf("%s: not 4 rows a group", l.k.Name)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no split launch at 4 rows a group")
+	}
+	agree(t, newHostExec(two), newHostExec(four), 4, 0)
 }
 
 func ropeStackPlan(t *testing.T, name string) {
