@@ -20,6 +20,11 @@
 #   scripts/gpu-check.sh ab              on the GPU host: each model of GPU_CHECK_MODELS timed by every
 #                                        binary in turn, twice over (tg128, AB_ARGS to change), so the
 #                                        revisions compare as ratios from one call; to $OUT/ab.log
+#   scripts/gpu-check.sh knobs           on the GPU host (jitllm built): tg128 of each model of GPU_CHECK_MODELS
+#                                        (default the 8B) under each setting of GPU_CHECK_KNOBS ("A=1;B=2 C=3",
+#                                        "X=default" for none), interleaved twice, to $OUT/knobs.log
+#   scripts/gpu-check.sh trace           the same settings' TestGPUStepTrace (gpuexec.test built): the step's
+#                                        timeline CTA by CTA, to $OUT/trace-<model>-<n>.log
 # Both builds end by saying whether the tree and .devbin fit the device tool's 64 MiB. Where they do not
 # (each jitllm is 2.25 MB), carry some of the binaries, run ab, and carry the rest in the next call while
 # the machine is warm: ab times every binary in /tmp/gpu-check-ab, the earlier call's ones included.
@@ -184,8 +189,56 @@ ab)
 		done
 	done
 	;;
+knobs | trace)
+	# one build under several settings of the run-time knobs (GPU_CHECK_KNOBS: settings separated by ";",
+	# each a list of VAR=value, "X=default" for none): knobs times tg128 of each model under each setting,
+	# interleaved twice, into $OUT/knobs.log; trace logs TestGPUStepTrace (JITLLM_TRACE=1) of each model
+	# under each setting into $OUT/trace-<model>-<n>.log, their totals into $OUT/knobs.log
+	B=/tmp/gpu-check-bin
+	mkdir -p "$B"
+	for f in "$bin"/jitllm.xz "$bin"/gpuexec.test.xz; do
+		[ -f "$f" ] || continue
+		xz -dc "$f" >"$B/$(basename "$f" .xz)"
+		chmod +x "$B/$(basename "$f" .xz)"
+	done
+	log=${OUT:+$OUT/knobs.log}
+	log=${log:-/dev/stdout}
+	export XDG_CACHE_HOME=/tmp/gpu-check-cache
+	knobs=${GPU_CHECK_KNOBS:-X=default;JITLLM_SWIGLU_Q8_0=1;JITLLM_SWIGLU_Q8_0=2;JITLLM_ROPE_STACK_ROWS=4}
+	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1 || true
+	root=$(pwd)
+	for spec in ${GPU_CHECK_MODELS:-llama-3.1-8b:q4_k_m}; do
+		like=${spec%%:*} typ=${spec##*:}
+		f=/tmp/$like-$typ.gguf
+		[ -f "$f" ] || "$B/jitllm" synth --like "$like" --type "$typ" -o "$f" >/dev/null
+		rounds="1 2"
+		[ "$cmd" = trace ] && rounds=1
+		for round in $rounds; do
+			n=0
+			old=$IFS
+			IFS=';'
+			for v in $knobs; do
+				IFS=$old
+				n=$((n + 1))
+				echo "== $like $typ round $round: $v $(date -u +%H:%M:%S)" >>"$log"
+				if [ "$cmd" = knobs ]; then
+					# shellcheck disable=SC2086 # v is a list of VAR=value
+					env $v "$B/jitllm" speed "$f" ${AB_ARGS:--p 0 -n 128 -r 2} -devices cuda 2>&1 | grep -E 'tg|pp|error|^jitllm:' >>"$log" || true
+				else
+					out=${OUT:-/tmp}/trace-$like-$n.log
+					# shellcheck disable=SC2086
+					(cd "$root/runtime/gpuexec" && env $v JITLLM_TRACE=1 GPUEXEC_PROFILE_MODEL="$f" \
+						"$B/gpuexec.test" -test.v -test.timeout 200s -test.run 'TestGPUStepTrace$' >"$out" 2>&1) || true
+					grep -E 'traced step|the step:|^--- |FAIL|panic' "$out" >>"$log" || true
+				fi
+				IFS=';'
+			done
+			IFS=$old
+		done
+	done
+	;;
 *)
-	echo "usage: scripts/gpu-check.sh build|run|build-ab REV…|ab" >&2
+	echo "usage: scripts/gpu-check.sh build|run|build-ab REV…|ab|knobs|trace" >&2
 	exit 2
 	;;
 esac
