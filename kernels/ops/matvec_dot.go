@@ -311,6 +311,11 @@ type DotShape struct {
 	Prefetch              bool
 	Stage                 int
 	Acts                  int
+	// Norm has the mat-vec take an RMSNorm's input unnormalized (x·w
+	// quantized, NormPartQ8_0's) with the row's sums of squares in parts:
+	// (…, xq, xd, ss, eps, …), each sum scaled by 1/sqrt(Σss/n + eps), n
+	// the row's values, before its store form.
+	Norm bool
 }
 
 // String is the shape's suffix of a kernel name: "x4" for 4 rows, "t128"
@@ -335,6 +340,9 @@ func (sh DotShape) String() string {
 	}
 	if sh.Acts > 1 {
 		fmt.Fprintf(&b, "a%d", sh.Acts)
+	}
+	if sh.Norm {
+		b.WriteString("n")
 	}
 	return b.String()
 }
@@ -394,6 +402,11 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 		ws = []*k.Buf{b.Buffer("w", k.U8)}
 	}
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	var ss *k.Buf
+	var eps k.Expr
+	if sh.Norm {
+		ss, eps = b.Buffer("ss", k.F32), b.Scalar("eps", k.F32)
+	}
 	res := st.residual(b)
 	y := b.Buffer("y", k.F32)
 	var rk ropeKVArgs
@@ -427,9 +440,14 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 			}
 		}
 		sums := groupSums(b, "u", c, ws, xq, xd, nb, rowBytes, g.Mul(rows), rows, acts)
+		get := func(v *k.Var) k.Expr { return v.Get() }
+		if sh.Norm {
+			scale := normScale(b, ss, eps, nb.Mul(c.qk))
+			get = func(v *k.Var) k.Expr { return v.Get().Mul(scale) }
+		}
 		if st == ropeKVForm {
 			for q := 0; q < rows; q += 2 {
-				rk.pair(b, y, g.Mul(rows).Add(q), sums[0][q][0].Get(), sums[0][q+1][0].Get())
+				rk.pair(b, y, g.Mul(rows).Add(q), get(sums[0][q][0]), get(sums[0][q+1][0]))
 			}
 			return
 		}
@@ -437,14 +455,54 @@ func matVecDot(name string, c dotCut, st warpStore, sh DotShape) *k.Kernel {
 			for q, sum := range sums[a] {
 				r := at(a, g.Mul(rows).Add(q))
 				if st == swigluStore {
-					b.Store(y, r, silu(b, sum[0].Get()).Mul(sum[1].Get()))
+					b.Store(y, r, silu(b, get(sum[0])).Mul(get(sum[1])))
 					continue
 				}
-				st.store(b, y, res, r, sum[0].Get())
+				st.store(b, y, res, r, get(sum[0]))
 			}
 		}
 	})
 	b.Schedule("u", k.LoopSchedule{Threads: sh.Threads, Unroll: sh.Unroll})
+	if sh.Norm {
+		b.Schedule("nss_i", k.LoopSchedule{Threads: sh.Threads})
+	}
+	return b.MustBuild()
+}
+
+// normScale is RMSNorm's 1/sqrt(mean + eps) of a row of n values whose
+// sums of squares are in parts ss (NormPartQ8_0's, a block of 32 each),
+// summed over the group's threads.
+func normScale(b *k.Builder, ss *k.Buf, eps, n k.Expr) k.Expr {
+	sum := b.Sum("nss", k.F32, 0, ss.Len(), func(j k.Expr) k.Expr { return ss.At(j) })
+	mean := b.Let("mean", sum.Div(n.Cvt(k.F32)))
+	return b.Let("scale", k.F(1).Div(mean.Add(eps).Sqrt()))
+}
+
+// NormPartQ8_0 is NormPartQ8_0(x, w []float32, xq []byte, xd, ss
+// []float32): each block of 32 values of x times RMSNorm's weights w
+// (x's rows of len(w) values) quantized as QuantizeQ8_0 quantizes, and
+// the block's sum of squares of x into ss: an RMSNorm's input for mat-vecs
+// that scale their sums by the norm themselves (DotShape.Norm), so the
+// norm needs no launch of its own where the producer of x runs this as a
+// CTA-local phase over the rows it computed.
+func NormPartQ8_0() *k.Kernel {
+	b := k.New("NormPartQ8_0")
+	b.Doc("quantizes each block of 32 of x·w to Q8_0 (xq, xd) and sums its squares of x into ss.")
+	x, w := b.Buffer("x", k.F32), b.Buffer("w", k.F32)
+	xq, xd, ss := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32), b.Buffer("ss", k.F32)
+	n := b.Let("n", w.Len())
+	b.ParallelFor("blk", 0, xd.Len(), func(i k.Expr) {
+		base := b.Let("base", i.Mul(32))
+		row := b.Let("row", base.Div(n).Mul(n))
+		s := b.Sum("ps", k.F32, 0, 32, func(j k.Expr) k.Expr {
+			xj := b.Let("xj", x.At(base.Add(j)))
+			return xj.Mul(xj)
+		})
+		b.Store(ss, i, s)
+		storeQuantized(b, 32, i, base, func(j any) k.Expr { return x.At(base.Add(j)).Mul(w.At(base.Sub(row).Add(j))) }, xq, xd)
+	})
+	b.Schedule("ps_i", k.LoopSchedule{Threads: WarpLanes})
+	b.Schedule("j", k.LoopSchedule{Threads: WarpLanes})
 	return b.MustBuild()
 }
 

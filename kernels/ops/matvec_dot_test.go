@@ -594,3 +594,104 @@ func TestDotSwiGLUQ8_0(t *testing.T) {
 		t.Error("3 rows a group: no error")
 	}
 }
+
+// NormPartQ8_0 quantizes x·w as QuantizeQ8_0 quantizes it, bit for bit,
+// and sums each block's squares of x; a mat-vec with DotShape.Norm over
+// its output is the plain mat-vec's sums times RMSNorm's 1/rms (within
+// f32 rounding of the sum of parts), in the plain, SwiGLU and Add forms.
+func TestNormPartQ8_0(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	const n, out, eps = 2048, 8, 1e-5
+	x, w := opstest.Floats(n, 3, r), opstest.Floats(n, 1, r)
+	xw := make([]float32, n)
+	var ss64 float64
+	for j := range x {
+		xw[j] = x[j] * w[j]
+		ss64 += float64(x[j]) * float64(x[j])
+	}
+	wantQ, wantD := partner(t, "Q8_0", xw)
+	xq, xd, ss := make([]byte, n), make([]float32, n/32), make([]float32, n/32)
+	if err := k.Run(ops.NormPartQ8_0(), x, w, xq, xd, ss); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(xq, wantQ) || !slices.Equal(xd, wantD) {
+		t.Fatal("x·w's quants or scales are not QuantizeQ8_0's")
+	}
+	for b, s := range ss {
+		var want float64
+		for j := 32 * b; j < 32*(b+1); j++ {
+			want += float64(x[j]) * float64(x[j])
+		}
+		if math.Abs(float64(s)-want) > 1e-5*want {
+			t.Errorf("block %d: sum of squares %v, want %v", b, s, want)
+		}
+	}
+	scale := 1 / math.Sqrt(ss64/n+eps)
+	for _, c := range []struct{ layout string }{{"Q4_KQ8_0"}, {"Q6_KAQ8_0"}} {
+		typ := quant.Q4_K
+		if c.layout == "Q6_KAQ8_0" {
+			typ = quant.Q6_K
+		}
+		wg, wu := gateUp(typ, n, out, r)
+		if typ == quant.Q6_K {
+			for _, m := range []*[]byte{&wg, &wu} {
+				a := make([]byte, len(*m))
+				if err := ops.RepackQ6_KA(a, *m); err != nil {
+					t.Fatal(err)
+				}
+				*m = a
+			}
+		}
+		res := opstest.Floats(out, 1, r)
+		for _, form := range []string{"", "SwiGLU", "Add"} {
+			sh := ops.DotShape{Rows: 2, Unroll: 2}
+			args := func(norm bool, y []float32) []any {
+				a := []any{wg}
+				if form == "SwiGLU" {
+					a = append(a, wu)
+				}
+				a = append(a, xq, xd)
+				if norm {
+					a = append(a, ss, float32(eps))
+				}
+				if form == "Add" {
+					a = append(a, res)
+				}
+				return append(a, y)
+			}
+			plain, normed := make([]float32, out), make([]float32, out)
+			if err := k.Run(ops.DotMatVec(form, c.layout, sh), args(false, plain)...); err != nil {
+				t.Fatal(err)
+			}
+			nsh := sh
+			nsh.Norm = true
+			if err := k.Run(ops.DotMatVec(form, c.layout, nsh), args(true, normed)...); err != nil {
+				t.Fatal(err)
+			}
+			for o := range out {
+				var want float64
+				switch form {
+				case "":
+					want = float64(plain[o]) * scale
+				case "Add":
+					want = float64(res[o]) + (float64(plain[o])-float64(res[o]))*scale
+				case "SwiGLU":
+					// plain is silu(g)·u of the unscaled sums: compare with
+					// a run of the gate and up projections alone
+					g, u := make([]float32, out), make([]float32, out)
+					if err := k.Run(ops.DotMatVec("", c.layout, sh), wg, xq, xd, g); err != nil {
+						t.Fatal(err)
+					}
+					if err := k.Run(ops.DotMatVec("", c.layout, sh), wu, xq, xd, u); err != nil {
+						t.Fatal(err)
+					}
+					gs := float64(g[o]) * scale
+					want = gs / (1 + math.Exp(-gs)) * float64(u[o]) * scale
+				}
+				if d := math.Abs(float64(normed[o]) - want); d > 1e-4*(math.Abs(want)+1e-3) {
+					t.Errorf("%s %q row %d: %v, want %v", c.layout, form, o, normed[o], want)
+				}
+			}
+		}
+	}
+}
