@@ -607,7 +607,7 @@ func TestNormPartQ8_0(t *testing.T) {
 	var ss64 float64
 	for j := range x {
 		xw[j] = x[j] * w[j]
-		ss64 += float64(x[j]) * float64(x[j])
+		ss64 += float64(float64(x[j]) * float64(x[j]))
 	}
 	wantQ, wantD := partner(t, "Q8_0", xw)
 	xq, xd, ss := make([]byte, n), make([]float32, n/32), make([]float32, n/32)
@@ -620,7 +620,7 @@ func TestNormPartQ8_0(t *testing.T) {
 	for b, s := range ss {
 		var want float64
 		for j := 32 * b; j < 32*(b+1); j++ {
-			want += float64(x[j]) * float64(x[j])
+			want += float64(float64(x[j]) * float64(x[j]))
 		}
 		if math.Abs(float64(s)-want) > 1e-5*want {
 			t.Errorf("block %d: sum of squares %v, want %v", b, s, want)
@@ -672,9 +672,9 @@ func TestNormPartQ8_0(t *testing.T) {
 				var want float64
 				switch form {
 				case "":
-					want = float64(plain[o]) * scale
+					want = float64(float64(plain[o]) * scale)
 				case "Add":
-					want = float64(res[o]) + (float64(plain[o])-float64(res[o]))*scale
+					want = float64(res[o]) + float64((float64(plain[o])-float64(res[o]))*scale)
 				case "SwiGLU":
 					// plain is silu(g)·u of the unscaled sums: compare with
 					// a run of the gate and up projections alone
@@ -685,8 +685,8 @@ func TestNormPartQ8_0(t *testing.T) {
 					if err := k.Run(ops.DotMatVec("", c.layout, sh), wu, xq, xd, u); err != nil {
 						t.Fatal(err)
 					}
-					gs := float64(g[o]) * scale
-					want = gs / (1 + math.Exp(-gs)) * float64(u[o]) * scale
+					gs := float64(float64(g[o]) * scale)
+					want = float64(gs / (1 + math.Exp(-gs)) * float64(u[o]) * scale)
 				}
 				if d := math.Abs(float64(normed[o]) - want); d > 1e-4*(math.Abs(want)+1e-3) {
 					t.Errorf("%s %q row %d: %v, want %v", c.layout, form, o, normed[o], want)
