@@ -505,7 +505,15 @@ func TestMatVecDotRopeKVSplit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, sh := range []ops.DotShape{{Rows: 2}, {Rows: 2, Unroll: 2}, {Rows: 4, Threads: 64}} {
+		ss := opstest.Floats(n/32, 1, r) // sums of squares for the Norm shapes
+		for i := range ss {
+			ss[i] = 1 + ss[i]*ss[i]
+		}
+		for _, sh := range []ops.DotShape{{Rows: 2}, {Rows: 2, Unroll: 2}, {Rows: 4, Threads: 64}, {Rows: 2, Unroll: 2, Norm: true}, {Rows: 4, Threads: 64, Norm: true}} {
+			act := []any{xq, xd}
+			if sh.Norm {
+				act = append(act, ss, float32(1e-5))
+			}
 			for _, ub := range []int{1, 2} {
 				// bufs are the weights and the activation; y holds q's and k's rows
 				run := func(kern *k.Kernel, bufs ...any) (y []float32, kc, vc []uint16) {
@@ -517,13 +525,13 @@ func TestMatVecDotRopeKVSplit(t *testing.T) {
 					return y, kc, vc
 				}
 				what := fmt.Sprintf("%s %v/u%d", c.typB, sh, ub)
-				y, kc, vc := run(ops.DotMatVecRopeKVSplit("Q4_K", c.typB, sh, ub), wa, wb, xq, xd)
+				y, kc, vc := run(ops.DotMatVecRopeKVSplit("Q4_K", c.typB, sh, ub), append([]any{wa, wb}, act...)...)
 				// the two launches: q and k, then v alone (no q or k rows)
-				ya, kca, _ := run(ops.DotMatVec("RopeKV", "Q4_K", sh), wa, xq, xd)
-				vb := ops.DotShape{Rows: sh.Rows, Threads: sh.Threads, Unroll: ub}
+				ya, kca, _ := run(ops.DotMatVec("RopeKV", "Q4_K", sh), append([]any{wa}, act...)...)
+				vb := ops.DotShape{Rows: sh.Rows, Threads: sh.Threads, Unroll: ub, Norm: sh.Norm}
 				yb := make([]float32, nv)
 				kcb, vcb := make([]uint16, (pos+1)*nk), make([]uint16, (pos+1)*nv)
-				if err := k.Run(ops.DotMatVec("RopeKV", c.typB, vb), wb, xq, xd, yb, kcb, vcb, step, freqs, 0, 0, hd, hd, float32(0.9), float32(1)); err != nil {
+				if err := k.Run(ops.DotMatVec("RopeKV", c.typB, vb), append(append([]any{wb}, act...), yb, kcb, vcb, step, freqs, 0, 0, hd, hd, float32(0.9), float32(1))...); err != nil {
 					t.Fatal(err)
 				}
 				for i := range nq {

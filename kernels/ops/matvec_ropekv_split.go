@@ -17,7 +17,9 @@ import (
 // cache only. Groups take sh.Rows rows (even) of sh.Threads threads, the
 // first (nq+nk)/Rows groups wa's and the rest wb's, each row's sum
 // RopeKV's of its type in that shape; units take sh.Unroll a trip over
-// wa, unrollB over wb. No stage, prefetch or second activation row.
+// wa, unrollB over wb. No stage, prefetch or second activation row. With
+// sh.Norm (ss, eps) follow xd and the sums are scaled as DotShape.Norm
+// scales them.
 func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel {
 	ca, okA := dotCutOf(typA)
 	cb, okB := dotCutOf(typB)
@@ -37,6 +39,11 @@ func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel
 	b.Doc(fmt.Sprintf("multiplies a q, k (%s) and v (%s) stack by the quantized activation (xq, xd) in integers, %d rows a group of %d threads, rotating q and k and caching k and v as it stores them.", typA, typB, rows, sh.Threads))
 	wa, wb := b.Buffer("wa", k.U8), b.Buffer("wb", k.U8)
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)
+	var ss *k.Buf
+	var eps k.Expr
+	if sh.Norm {
+		ss, eps = b.Buffer("ss", k.F32), b.Scalar("eps", k.F32)
+	}
 	y := b.Buffer("y", k.F32)
 	rk := ropeKVParams(b)
 	// each part's weight blocks a row (a Q6_KA block spans eight of the
@@ -49,10 +56,15 @@ func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel
 	groupsA := b.Let("groupsA", nab.Div(rows))
 	once := func(cond k.Expr) k.Expr { return k.Select(cond, k.I(1), k.I(0)) }
 	b.ParallelFor("r", 0, groupsA.Add(nv.Div(rows)), func(g k.Expr) {
+		get := func(v *k.Var) k.Expr { return v.Get() }
+		if sh.Norm {
+			scale := normScale(b, ss, eps, nbA.Mul(ca.qk))
+			get = func(v *k.Var) k.Expr { return v.Get().Mul(scale) }
+		}
 		part := func(loop string, c dotCut, w *k.Buf, nb, rowBytes, group, first k.Expr) {
 			sums := groupSums(b, loop, c, []*k.Buf{w}, xq, xd, nb, rowBytes, group.Mul(rows), rows, 1)
 			for q := 0; q < rows; q += 2 {
-				rk.pair(b, y, first.Add(group.Mul(rows)).Add(q), sums[0][q][0].Get(), sums[0][q+1][0].Get())
+				rk.pair(b, y, first.Add(group.Mul(rows)).Add(q), get(sums[0][q][0]), get(sums[0][q+1][0]))
 			}
 		}
 		b.For("pa", 0, once(g.Lt(groupsA)), func(k.Expr) { part("ua", ca, wa, nbA, bytesA, g, k.I(0)) })
@@ -60,6 +72,9 @@ func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel
 	})
 	b.Schedule("ua", k.LoopSchedule{Threads: sh.Threads, Unroll: sh.Unroll})
 	b.Schedule("ub", k.LoopSchedule{Threads: sh.Threads, Unroll: unrollB})
+	if sh.Norm {
+		b.Schedule("nss_i", k.LoopSchedule{Threads: sh.Threads})
+	}
 	return b.MustBuild()
 }
 
