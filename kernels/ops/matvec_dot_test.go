@@ -507,7 +507,7 @@ func TestMatVecDotRopeKVSplit(t *testing.T) {
 		}
 		ss := opstest.Floats(n/32, 1, r) // sums of squares for the Norm shapes
 		for i := range ss {
-			ss[i] = 1 + ss[i]*ss[i]
+			ss[i] = 1 + float32(ss[i]*ss[i])
 		}
 		for _, sh := range []ops.DotShape{{Rows: 2}, {Rows: 2, Unroll: 2}, {Rows: 4, Threads: 64}, {Rows: 2, Unroll: 2, Norm: true}, {Rows: 4, Threads: 64, Norm: true}} {
 			act := []any{xq, xd}
