@@ -515,8 +515,8 @@ func NormPartQ8_0() *k.Kernel {
 // needs no launch of its own. The bits are the two kernels' in turn.
 func DotSwiGLUQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
 	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
-	if 32%sh.Rows != 0 || sh.Acts > 1 || sh.Stage > 0 {
-		return nil, fmt.Errorf("DotSwiGLUQ8_0: shape %+v (rows dividing 32, one activation row, unstaged)", sh)
+	if 32%sh.Rows != 0 || sh.Acts > 1 {
+		return nil, fmt.Errorf("DotSwiGLUQ8_0: shape %+v (rows dividing 32, one activation row)", sh)
 	}
 	mv := DotMatVec("SwiGLU", typ, sh)
 	return k.LocalPhases(mv.Name+"Q8_0", 32/sh.Rows*sh.Threads, []int{0, 1}, mv, QuantizeQ8_0())

@@ -566,7 +566,7 @@ func TestDotSwiGLUQ8_0(t *testing.T) {
 	const n, out = 512, 32 * 5
 	wg, wu := gateUp(quant.Q4_K, n, out, r)
 	xq, xd := partner(t, "Q8_K", opstest.Floats(n, 2, r))
-	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2}, {Rows: 4, Threads: 64}} {
+	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2}, {Rows: 4, Threads: 64}, {Rows: 2, Unroll: 2, Stage: 4608}} {
 		y := make([]float32, out)
 		if err := k.Run(ops.DotMatVec("SwiGLU", "Q4_K", sh), wg, wu, xq, xd, y); err != nil {
 			t.Fatal(err)

@@ -323,10 +323,9 @@ func swigluQ8_0() bool {
 	return false
 }
 
-// swigluQ8_0Shape is the folded SwiGLU's shape from the plan's: unstaged
-// (local phases take no stages), its rows JITLLM_SWIGLU_Q8_0's where 2 or 4.
+// swigluQ8_0Shape is the folded SwiGLU's shape from the plan's, its rows
+// JITLLM_SWIGLU_Q8_0's where 2 or 4.
 func swigluQ8_0Shape(sh ops.DotShape) ops.DotShape {
-	sh.Stage = 0
 	if r, err := strconv.Atoi(os.Getenv("JITLLM_SWIGLU_Q8_0")); err == nil && r > 1 {
 		sh.Rows = r
 	}

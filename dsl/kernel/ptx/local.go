@@ -15,7 +15,9 @@ import (
 // stride of every CTA's; a CTA's groups past that share idle through the
 // phase. Only the first phase waits for the kernel before (a dependent
 // launch); the later ones read what their own CTA wrote, ordered by the
-// barrier. No stages: the phases' mat-vecs read where their rows lie.
+// barrier. The first phase may stage (kernel.Stage: its copies before its
+// wait, slots for the CTA's groups); the later ones read where their data
+// lies.
 
 // localEntry renders local phased kernel k, entry id of its module.
 func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
@@ -62,8 +64,11 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 			f.stmts(p.k.Body)
 			continue
 		}
-		// the first phase waits for the kernel before as a kernel does
+		// the first phase waits for the kernel before as a kernel does,
+		// its stages' copies before that wait
 		f.dependent, f.prefetch = dependent, dependent
+		f.stageCTA = cta
+		f.staging = localStages(t, k, p) > 0
 		if dependent {
 			if err := prefetchFirst(p.k.Body); err != nil {
 				return "", fmt.Errorf("ptx: kernel %s: %w", p.k.Name, err)
@@ -76,7 +81,7 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		if dependent && hasPrefetch(p.k.Body) {
 			f.depWait() // a group with no iteration met no wait
 		}
-		f.dependent, f.prefetch = false, false
+		f.dependent, f.prefetch, f.staging = false, false, false
 	}
 	f.traceEnd(id, len(ps)-1)
 	f.ins("ret")
@@ -84,7 +89,21 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		return "", f.err
 	}
 	f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", cta)
+	if err := f.checkStages(k, localStages(t, k, ps[0])); err != nil {
+		return "", err
+	}
 	mode := fmt.Sprintf("%d CTA-local phases, each a loop spread over the grid (each CTA its share of consecutive groups), a CTA barrier between: %s; CTAs of exactly %d",
 		len(ps), strings.Join(names, ", "), cta)
 	return f.text(k.Doc, mode, params, 0, 8*cta/32), nil
+}
+
+// localStages is the shared memory the stages of local phased kernel k's
+// first phase p take a CTA (Launch.Stages): its groups' slots, where a
+// dependent launch's wait hides their copies.
+func localStages(t Target, k *kernel.Kernel, p phase) int {
+	dependent := t.Dependent != nil && t.Dependent(k)
+	if !dependent || !canStage(t, p.k.Body, p.grid, p.width, k.Local.CTA) {
+		return 0
+	}
+	return stageRegion(p.grid.Body) * stageSlots(p.width, k.Local.CTA)
 }

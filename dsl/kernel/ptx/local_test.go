@@ -75,3 +75,38 @@ func TestLocalPhasesASCII(t *testing.T) {
 		}
 	}
 }
+
+// A local phased kernel's first phase stages as a kernel does: its copies
+// before the wait, slots for the CTA's groups in Launch.Stages; the later
+// phases copy nothing.
+func TestLocalPhasesStage(t *testing.T) {
+	b := k.New("stagedRows")
+	w, y := b.Buffer("w", k.F32), b.Buffer("y", k.F32)
+	n := b.Scalar("n", k.Int)
+	b.ParallelFor("i", 0, y.Len(), func(i k.Expr) {
+		b.Stage(w, i.Mul(n), n, 256)
+		b.Store(y, i, b.Sum("s", k.F32, 0, n, func(j k.Expr) k.Expr { return w.At(i.Mul(n).Add(j)) }))
+	})
+	b.Schedule("s_i", k.LoopSchedule{Threads: 32})
+	lp, err := k.LocalPhases("stagedMax", 1024, []int{0, 1}, b.MustBuild(), blockMaxKernel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(*k.Kernel) bool { return true }
+	tg := ptx.Target{SM: 90, Dependent: all}
+	src, err := ptx.Render(lp, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, wait, phase1 := strings.Index(src, "cp.async"), strings.Index(src, "griddepcontrol.wait"), strings.Index(src, "// phase 1")
+	if cp < 0 || wait < cp || phase1 < wait || strings.Contains(src[phase1:], "cp.async") {
+		t.Errorf("the first phase's copies at %d, its wait at %d, phase 1 at %d", cp, wait, phase1)
+	}
+	l, err := ptx.Plan(lp, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Stages != 32*256*4 { // 32 groups of a CTA of 1024, 256 floats each
+		t.Errorf("stages %d bytes a CTA, want %d", l.Stages, 32*256*4)
+	}
+}

@@ -102,10 +102,11 @@ func (l Launch) CTA(threads, max int) int {
 // Plan is the launch of k rendered for t.
 func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 	if k.Local != nil {
-		if _, _, err := lowerPhases(k, t); err != nil {
+		ps, _, err := lowerPhases(k, t)
+		if err != nil {
 			return Launch{}, err
 		}
-		return Launch{Group: k.Local.CTA}, nil // any grid; CTAs of exactly the kernel's
+		return Launch{Group: k.Local.CTA, Stages: localStages(t, k, ps[0])}, nil // any grid; CTAs of exactly the kernel's
 	}
 	if len(k.Phases) > 0 {
 		ps, w, err := lowerPhases(k, t) // no block statements: only the stages' shared memory
