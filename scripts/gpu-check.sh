@@ -46,6 +46,17 @@ fits() {
 		echo "gpu-check: the tree and $bin take $total bytes of the device tool's $limit"
 	fi
 }
+# unpack decompresses the .xz binaries given into directory $1, executable.
+unpack() {
+	dir=$1
+	shift
+	mkdir -p "$dir"
+	for f in "$@"; do
+		[ -f "$f" ] || continue
+		xz -dc "$f" >"$dir/$(basename "$f" .xz)"
+		chmod +x "$dir/$(basename "$f" .xz)"
+	done
+}
 case "$cmd" in
 build)
 	mkdir -p "$bin"
@@ -71,11 +82,7 @@ build)
 	;;
 run)
 	B=/tmp/gpu-check-bin
-	mkdir -p "$B"
-	for f in "$bin"/*.xz; do
-		xz -dc "$f" >"$B/$(basename "$f" .xz)"
-		chmod +x "$B/$(basename "$f" .xz)"
-	done
+	unpack "$B" "$bin"/*.xz
 	log=${OUT:+$OUT/gpu-check.log}
 	log=${log:-/dev/stdout}
 	root=$(pwd)
@@ -164,11 +171,7 @@ build-ab)
 	;;
 ab)
 	B=/tmp/gpu-check-ab
-	mkdir -p "$B"
-	for f in "$bin"/jitllm-*.xz; do
-		xz -dc "$f" >"$B/$(basename "$f" .xz)"
-		chmod +x "$B/$(basename "$f" .xz)"
-	done
+	unpack "$B" "$bin"/jitllm-*.xz
 	log=${OUT:+$OUT/ab.log}
 	log=${log:-/dev/stdout}
 	export XDG_CACHE_HOME=/tmp/gpu-check-cache
@@ -195,12 +198,7 @@ knobs | trace)
 	# interleaved twice, into $OUT/knobs.log; trace logs TestGPUStepTrace (JITLLM_TRACE=1) of each model
 	# under each setting into $OUT/trace-<model>-<n>.log, their totals into $OUT/knobs.log
 	B=/tmp/gpu-check-bin
-	mkdir -p "$B"
-	for f in "$bin"/jitllm.xz "$bin"/gpuexec.test.xz; do
-		[ -f "$f" ] || continue
-		xz -dc "$f" >"$B/$(basename "$f" .xz)"
-		chmod +x "$B/$(basename "$f" .xz)"
-	done
+	unpack "$B" "$bin"/jitllm.xz "$bin"/gpuexec.test.xz
 	log=${OUT:+$OUT/knobs.log}
 	log=${log:-/dev/stdout}
 	export XDG_CACHE_HOME=/tmp/gpu-check-cache

@@ -17,24 +17,12 @@ func Run(k *Kernel, args ...any) (err error) { return run(k, nil, args...) }
 // run interprets k, under the Orders of its default schedule (which, unlike
 // Split and Unroll, decide its rounding), and sets *res to its Result.
 func run(k *Kernel, res *val, args ...any) (err error) {
-	if k.Local != nil {
-		per, err := localArgs(k, args)
-		if err != nil {
-			return err
-		}
-		for i, p := range k.Phases {
-			if err := run(p, nil, per[i]...); err != nil {
-				return fmt.Errorf("kernel %s: %w", k.Name, err)
-			}
-		}
-		return nil
-	}
 	if len(k.Phases) > 0 {
 		per, err := PhaseArgs(k, args)
 		if err != nil {
 			return err
 		}
-		if _, ok := args[len(args)-1].([]uint32); !ok {
+		if _, ok := args[len(args)-1].([]uint32); k.Local == nil && !ok { // local phases have no barrier
 			return fmt.Errorf("kernel %s: barrier given a %T (a []uint32)", k.Name, args[len(args)-1])
 		}
 		for i, p := range k.Phases {
@@ -48,15 +36,7 @@ func run(k *Kernel, res *val, args ...any) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			re, ok := r.(runError)
-			if !ok {
-				panic(r)
-			}
-			err = fmt.Errorf("kernel %s: %s", k.Name, string(re))
-		}
-	}()
+	defer recoverRun(k, &err)
 	m.stmts(k.Body)
 	if res != nil && k.Result != nil {
 		*res = m.eval(k.Result)
@@ -91,6 +71,18 @@ func prepare(k *Kernel, args []any) (*Kernel, *machine, error) {
 }
 
 type runError string
+
+// recoverRun turns a failure of interpreting k (a runError panic) into
+// *err; other panics go on.
+func recoverRun(k *Kernel, err *error) {
+	if r := recover(); r != nil {
+		re, ok := r.(runError)
+		if !ok {
+			panic(r)
+		}
+		*err = fmt.Errorf("kernel %s: %s", k.Name, string(re))
+	}
+}
 
 func fail(format string, args ...any) { panic(runError(fmt.Sprintf(format, args...))) }
 

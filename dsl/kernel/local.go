@@ -72,20 +72,6 @@ func kernelWidth(k *Kernel) int {
 	return w
 }
 
-// localArgs splits a local phased kernel's arguments into each phase's.
-func localArgs(k *Kernel, args []any) ([][]any, error) {
-	if len(args) != len(k.Params) {
-		return nil, fmt.Errorf("kernel %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
-	}
-	var out [][]any
-	at := 0
-	for _, p := range k.Phases {
-		out = append(out, args[at:at+len(p.Params)])
-		at += len(p.Params)
-	}
-	return out, nil
-}
-
 // RunCTAs interprets local phased kernel k as a launch of ctas CTAs runs
 // it on a GPU where no two CTAs overlap: CTA 0 through every phase (each
 // phase's grid loop at the iterations the CTA takes), then CTA 1, and so
@@ -100,7 +86,7 @@ func RunCTAs(k *Kernel, ctas int, args ...any) (err error) {
 	if ctas < 1 {
 		return fmt.Errorf("kernel %s: %d CTAs", k.Name, ctas)
 	}
-	per, err := localArgs(k, args)
+	per, err := PhaseArgs(k, args)
 	if err != nil {
 		return err
 	}
@@ -111,15 +97,7 @@ func RunCTAs(k *Kernel, ctas int, args ...any) (err error) {
 		groups       int64
 	}
 	ps := make([]phase, len(k.Phases))
-	defer func() {
-		if r := recover(); r != nil {
-			re, ok := r.(runError)
-			if !ok {
-				panic(r)
-			}
-			err = fmt.Errorf("kernel %s: %s", k.Name, string(re))
-		}
-	}()
+	defer recoverRun(k, &err)
 	for i, p := range k.Phases {
 		lk, m, err := prepare(p, per[i])
 		if err != nil {

@@ -39,7 +39,8 @@ func Phases(name string, ks ...*Kernel) (*Kernel, error) {
 }
 
 // PhaseArgs splits a phased kernel's arguments (or any values that follow
-// its Params) into each phase's; the last, the barrier's, is left out.
+// its Params) into each phase's; the last, the barrier's, is left out (a
+// local phased kernel, LocalPhases, has none).
 func PhaseArgs[T any](k *Kernel, args []T) ([][]T, error) {
 	if len(args) != len(k.Params) {
 		return nil, fmt.Errorf("kernel %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))

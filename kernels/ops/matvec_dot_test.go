@@ -381,11 +381,7 @@ func TestMatVecDotQ8_0Activation(t *testing.T) {
 			t.Fatal(err)
 		}
 		if c.typ == quant.Q6_K {
-			a := make([]byte, len(w))
-			if err := ops.RepackQ6_KA(a, w); err != nil {
-				t.Fatal(err)
-			}
-			w = a
+			w = repackedQ6_KA(t, w)
 		}
 		y := make([]float32, out)
 		if err := k.Run(ops.DotMatVec("", c.name, ops.DotShape{}), w, xq, xd, y); err != nil {
@@ -642,13 +638,7 @@ func TestNormPartQ8_0(t *testing.T) {
 		}
 		wg, wu := gateUp(typ, n, out, r)
 		if typ == quant.Q6_K {
-			for _, m := range []*[]byte{&wg, &wu} {
-				a := make([]byte, len(*m))
-				if err := ops.RepackQ6_KA(a, *m); err != nil {
-					t.Fatal(err)
-				}
-				*m = a
-			}
+			wg, wu = repackedQ6_KA(t, wg), repackedQ6_KA(t, wu)
 		}
 		res := opstest.Floats(out, 1, r)
 		for _, form := range []string{"", "SwiGLU", "Add"} {

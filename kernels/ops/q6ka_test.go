@@ -16,11 +16,17 @@ func q6kMatrix(t *testing.T, n, out int, r *rand.Rand) (w, wa []byte) {
 	for range out {
 		w = append(w, opstest.Row(quant.Q6_K, n, nil, r)...)
 	}
-	wa = make([]byte, len(w))
+	return w, repackedQ6_KA(t, w)
+}
+
+// repackedQ6_KA is Q6_K matrix w repacked as Q6_KA.
+func repackedQ6_KA(t *testing.T, w []byte) []byte {
+	t.Helper()
+	wa := make([]byte, len(w))
 	if err := ops.RepackQ6_KA(wa, w); err != nil {
 		t.Fatal(err)
 	}
-	return w, wa
+	return wa
 }
 
 // A Q6_KA block decodes to its eight Q6_K blocks' values, bit for bit, and

@@ -753,7 +753,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						if actQ8_0 = q8Act[i] && xr == 1; actQ8_0 {
 							qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
 						}
-						folded := false
+						var fold *launch // the SwiGLU that quantizes x itself
+						var foldK *kernel.Kernel
 						if xr == 1 && swigluQ8_0() && !actQ8_0 && len(uses[n.In[0]]) == 1 && len(*p.dst) > 0 {
 							// the SwiGLU before quantizes its own output
 							// (ops.DotSwiGLUQ8_0) where this mat-vec alone
@@ -763,10 +764,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 							sh, isSwiGLU := p.swigluShapes[prev.k]
 							if isSwiGLU && prev.args[len(prev.args)-1] == x && (l == "Q4_K" || l == "Q6_KA") {
 								if lk, err := ops.DotSwiGLUQ8_0(sh.layout, swigluQ8_0Shape(sh.shape)); err == nil {
-									qk, actQ8_0, folded = 32, true, true
-									xq, xd := actQuants(x.n, qk)
-									prev.k = cached(lk.Name, func() *kernel.Kernel { return lk })
-									prev.args = append(prev.args, x, xq, xd)
+									qk, actQ8_0, fold, foldK = 32, true, prev, lk
 								}
 							}
 						}
@@ -774,13 +772,16 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						// quants and scales in its partner type, shared as
 						// the rounding is
 						xq, xd := actQuants(x.n, qk)
-						quantize := cached(qname, qmk)
-						if !folded && (last.rk != quantize || last.x != x) {
-							p.call(i, quantize, x, xq, xd)
-						}
-						last.rk, last.x = quantize, x
-						if folded {
-							last.rk = nil
+						if fold != nil {
+							fold.k = cached(foldK.Name, func() *kernel.Kernel { return foldK })
+							fold.args = append(fold.args, x, xq, xd)
+							last.rk = nil // x's quants are no quantizer's: share them with nothing
+						} else {
+							quantize := cached(qname, qmk)
+							if last.rk != quantize || last.x != x {
+								p.call(i, quantize, x, xq, xd)
+							}
+							last.rk, last.x = quantize, x
 						}
 						dotIn = []any{xq, xd}
 						k = cached(dotMatVec("", w.Type, n.Cols, cols, xr)) // xr > 1: every row's products, each weight read once

@@ -2,6 +2,7 @@ package gpuexec
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -161,7 +162,7 @@ func (r *Runner) traceStep(g *cuda.Graph) ([]traceSpan, error) {
 	if err := count.Download(nb[:]); err != nil {
 		return nil, err
 	}
-	n := int(uint32(nb[0]) | uint32(nb[1])<<8 | uint32(nb[2])<<16 | uint32(nb[3])<<24)
+	n := int(binary.LittleEndian.Uint32(nb[:]))
 	if n > ptx.TraceRecords {
 		return nil, fmt.Errorf("trace: %d CTAs, more than the %d recorded", n, ptx.TraceRecords)
 	}
@@ -171,9 +172,7 @@ func (r *Runner) traceStep(g *cuda.Graph) ([]traceSpan, error) {
 	}
 	w := make([]uint64, 4*n)
 	for i := range w {
-		for j := 0; j < 8; j++ {
-			w[i] |= uint64(raw[8*i+j]) << (8 * j)
-		}
+		w[i] = binary.LittleEndian.Uint64(raw[8*i:])
 	}
 	index := map[string]int{}
 	for i, k := range r.sh.ks {

@@ -66,22 +66,12 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		}
 		// the first phase waits for the kernel before as a kernel does,
 		// its stages' copies before that wait
-		f.dependent, f.prefetch = dependent, dependent
 		f.stageCTA = cta
 		f.staging = localStages(t, k, p) > 0
-		if dependent {
-			if err := prefetchFirst(p.k.Body); err != nil {
-				return "", fmt.Errorf("ptx: kernel %s: %w", p.k.Name, err)
-			}
-			if !hasPrefetch(p.k.Body) {
-				f.depWait()
-			}
+		if err := f.firstPhase(p, dependent); err != nil {
+			return "", err
 		}
-		f.stmts(p.k.Body)
-		if dependent && hasPrefetch(p.k.Body) {
-			f.depWait() // a group with no iteration met no wait
-		}
-		f.dependent, f.prefetch, f.staging = false, false, false
+		f.prefetch, f.staging = false, false
 	}
 	f.traceEnd(id, len(ps)-1)
 	f.ins("ret")

@@ -105,24 +105,9 @@ func phasedEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		params = append(params, f.loadParams(p.k.Params, first)...)
 		first += len(p.k.Params)
 		if i == 0 {
-			// the first phase waits for the kernel before as a kernel does
-			f.dependent, f.prefetch = dependent, dependent
-			if dependent {
-				if err := prefetchFirst(p.k.Body); err != nil {
-					return "", fmt.Errorf("ptx: kernel %s: %w", p.k.Name, err)
-				}
-				if !hasPrefetch(p.k.Body) {
-					f.depWait()
-				}
+			if err := f.firstPhase(p, dependent); err != nil {
+				return "", err
 			}
-			f.stmts(p.k.Body)
-			if dependent && hasPrefetch(p.k.Body) {
-				// a group with no iteration met no wait; the later phases
-				// may read what the kernel before wrote (a repeated wait
-				// returns at once)
-				f.depWait()
-			}
-			f.dependent = false
 			continue
 		}
 		// where the phase prefetches, the statements before its grid loop
@@ -172,6 +157,30 @@ func phasedEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		return "", err
 	}
 	return f.text(k.Doc, mode, append(params, barDecl...), 0, 8*w/32), nil
+}
+
+// firstPhase renders a phased kernel's first phase p, which waits for the
+// kernel before as a kernel does (with dependent launch): after its
+// prefetches or stages' copies where it has them, else at its start.
+func (f *fn) firstPhase(p phase, dependent bool) error {
+	f.dependent, f.prefetch = dependent, dependent
+	if dependent {
+		if err := prefetchFirst(p.k.Body); err != nil {
+			return fmt.Errorf("ptx: kernel %s: %w", p.k.Name, err)
+		}
+		if !hasPrefetch(p.k.Body) {
+			f.depWait()
+		}
+	}
+	f.stmts(p.k.Body)
+	if dependent && hasPrefetch(p.k.Body) {
+		// a group with no iteration met no wait; the later phases may
+		// read what the kernel before wrote (a repeated wait returns at
+		// once)
+		f.depWait()
+	}
+	f.dependent = false
+	return nil
 }
 
 // prologue renders the leading prefetches of grid loop s's first iteration
