@@ -512,14 +512,40 @@ func NormPartQ8_0() *k.Kernel {
 // kernel.LocalPhases of the mat-vec, whose CTAs take 32 rows at a time
 // (32/Rows groups of Threads), and QuantizeQ8_0 (x = y, into yq, yd), a
 // block a CTA: each CTA quantizes the rows it computed, so the quantizer
-// needs no launch of its own. The bits are the two kernels' in turn.
+// needs no launch of its own. The bits are the two kernels' in turn. yq
+// and yd must not be xq and xd: other CTAs may still be reading those.
 func DotSwiGLUQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
+	return dotThenBlock("SwiGLU", typ, sh, "Q8_0", QuantizeQ8_0())
+}
+
+// DotAddNormQ8_0 is the mat-vec of weight type typ in shape sh that adds
+// the residual (DotMatVec's "Add" form) with the RMSNorm after it begun in
+// the same launch: MatVecDotAdd<typ><sh>NormQ8_0(w, xq, xd, res, y, x,
+// nw, yq, yd, ss), a kernel.LocalPhases of the mat-vec, whose CTAs take 32
+// rows at a time, and NormPartQ8_0 (x = y, nw the norm's weights), a
+// block a CTA: the norm's readers take yq, yd and the parts ss with
+// DotShape.Norm, so the norm needs no launch of its own. yq and yd must
+// not be xq and xd.
+func DotAddNormQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
+	return dotThenBlock("Add", typ, sh, "NormQ8_0", NormPartQ8_0())
+}
+
+// dotThenBlock is DotMatVec(form, typ, sh) and then epilogue, a kernel of
+// one block of 32 outputs a group, as CTA-local phases: a CTA of 32 rows
+// (32/Rows groups of Threads) whose epilogue takes the block it computed.
+// Where those groups would not fit a CTA (1024 threads; groups wider than
+// a warp meet at named barriers, at most 15 a CTA) the groups take more
+// rows, which changes no bit.
+func dotThenBlock(form, typ string, sh DotShape, suffix string, epilogue *k.Kernel) (*k.Kernel, error) {
 	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
 	if 32%sh.Rows != 0 || sh.Acts > 1 {
-		return nil, fmt.Errorf("DotSwiGLUQ8_0: shape %+v (rows dividing 32, one activation row)", sh)
+		return nil, fmt.Errorf("MatVecDot%s%s%s: shape %+v (rows dividing 32, one activation row)", form, typ, suffix, sh)
 	}
-	mv := DotMatVec("SwiGLU", typ, sh)
-	return k.LocalPhases(mv.Name+"Q8_0", 32/sh.Rows*sh.Threads, []int{0, 1}, mv, QuantizeQ8_0())
+	for sh.Rows < 32 && (32/sh.Rows*sh.Threads > k.MaxThreads || (sh.Threads > WarpLanes && 32/sh.Rows > 15)) {
+		sh.Rows *= 2
+	}
+	mv := DotMatVec(form, typ, sh)
+	return k.LocalPhases(mv.Name+suffix, 32/sh.Rows*sh.Threads, []int{0, 1}, mv, epilogue)
 }
 
 // groupSums folds a group's rows weight rows from row first on (of every

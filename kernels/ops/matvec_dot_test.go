@@ -599,6 +599,55 @@ func TestDotSwiGLUQ8_0(t *testing.T) {
 	}
 }
 
+// DotAddNormQ8_0 is the Add mat-vec and then NormPartQ8_0 over its
+// output, bit for bit, whether its CTAs run together or one after another.
+func TestDotAddNormQ8_0(t *testing.T) {
+	r := rand.New(rand.NewPCG(53, 54))
+	const n, out = 512, 32 * 5
+	w, _ := gateUp(quant.Q4_K, n, out, r)
+	xq, xd := partner(t, "Q8_K", opstest.Floats(n, 2, r))
+	res, nw := opstest.Floats(out, 1, r), opstest.Floats(out, 1, r)
+	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2}, {Rows: 4, Threads: 64}, {Rows: 2, Unroll: 2, Stage: 4608}} {
+		y := make([]float32, out)
+		if err := k.Run(ops.DotMatVec("Add", "Q4_K", sh), w, xq, xd, res, y); err != nil {
+			t.Fatal(err)
+		}
+		yq, yd, ss := make([]byte, out), make([]float32, out/32), make([]float32, out/32)
+		if err := k.Run(ops.NormPartQ8_0(), y, nw, yq, yd, ss); err != nil {
+			t.Fatal(err)
+		}
+		lk, err := ops.DotAddNormQ8_0("Q4_K", sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ctas := range []int{0, 1, 2, out / 32} {
+			gy, gq, gd, gs := make([]float32, out), make([]byte, out), make([]float32, out/32), make([]float32, out/32)
+			args := []any{w, xq, xd, res, gy, gy, nw, gq, gd, gs}
+			if ctas == 0 {
+				err = k.Run(lk, args...)
+			} else {
+				err = k.RunCTAs(lk, ctas, args...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range y {
+				if math.Float32bits(gy[i]) != math.Float32bits(y[i]) || gq[i] != yq[i] {
+					t.Fatalf("shape %v, %d CTAs: row %d: %v q %d, want %v q %d", sh, ctas, i, gy[i], gq[i], y[i], yq[i])
+				}
+			}
+			for b := range yd {
+				if math.Float32bits(gd[b]) != math.Float32bits(yd[b]) || math.Float32bits(gs[b]) != math.Float32bits(ss[b]) {
+					t.Errorf("shape %v, %d CTAs: block %d: scale %v parts %v, want %v %v", sh, ctas, b, gd[b], gs[b], yd[b], ss[b])
+				}
+			}
+		}
+	}
+	if _, err := ops.DotAddNormQ8_0("Q4_K", ops.DotShape{Rows: 3}); err == nil {
+		t.Error("3 rows a group: no error")
+	}
+}
+
 // NormPartQ8_0 quantizes x·w as QuantizeQ8_0 quantizes it, bit for bit,
 // and sums each block's squares of x; a mat-vec with DotShape.Norm over
 // its output is the plain mat-vec's sums times RMSNorm's 1/rms (within

@@ -123,12 +123,10 @@ type plan struct {
 	setup   []launch     // run once after the uploads (the resident f16 weights' decode)
 	dst     *[]launch
 
-	// ropeShapes are the RopeKV mat-vecs' layouts and shapes, by kernel
-	// (ropestack.go)
-	ropeShapes map[*kernel.Kernel]layoutShape
-	// swigluShapes are the one-row step's SwiGLU mat-vecs' layouts and
-	// shapes, by kernel (the down projection may fold their quantizer)
-	swigluShapes map[*kernel.Kernel]layoutShape
+	// matVecs are the integer mat-vecs' forms, layouts and shapes, by
+	// kernel: what a rewrite of their launches builds on (ropestack.go,
+	// the quantizers and norms folded into the launch before)
+	matVecs map[*kernel.Kernel]layoutShape
 
 	step    int  // the I32 allocation [last real row, position, tokens…]
 	logits  view // the last node's output, one-row step
@@ -323,6 +321,12 @@ func swigluQ8_0() bool {
 	return false
 }
 
+// normFold reports whether a one-row step's RMSNorm is begun by the
+// residual Add's mat-vec before it (ops.DotAddNormQ8_0) where every reader
+// takes a Q8_0 activation, the readers scaling their sums by the norm
+// (JITLLM_NORM_FOLD=1): off until measured on a device.
+func normFold() bool { return os.Getenv("JITLLM_NORM_FOLD") == "1" }
+
 // swigluQ8_0Shape is the folded SwiGLU's shape from the plan's, its rows
 // JITLLM_SWIGLU_Q8_0's where 2 or 4.
 func swigluQ8_0Shape(sh ops.DotShape) ops.DotShape {
@@ -433,9 +437,14 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	scratch := -1               // activations rounded to a matmul's partner type
 	scratch16 := -1             // the same rounded on to f16 for the tensor cores
 	scores := -1                // attention scores
+	normParts := -1             // a folded norm's parts of Σx² (ops.NormPartQ8_0)
 	parts := -1                 // split attention's pieces
 	wf16 := -1                  // a prefill product's weights decoded to f16
-	q8, q8d := -1, -1           // the decode activation's quants and scales (MatVecDot*)
+	// the decode activation's quants and scales (MatVecDot*), in two
+	// sets: a launch that quantizes its own output for the next (a
+	// CTA-local phase) writes the set its mat-vec does not read, as other
+	// CTAs may still be reading it
+	q8, q8d := [2]int{-1, -1}, [2]int{-1, -1}
 	kvs := map[int][2]int{}
 	kernels := map[string]*kernel.Kernel{}
 	cached := func(name string, mk func() *kernel.Kernel) *kernel.Kernel {
@@ -447,16 +456,29 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		return k
 	}
 
-	// actQuants are the views of an n-value activation's quants and
-	// scales in blocks of qk (the integer mat-vecs' input)
-	actQuants := func(n, qk int) (view, view) {
-		if q8 < 0 {
-			q8 = p.add(alloc{name: "activation quants", kind: kernel.U8})
-			q8d = p.add(alloc{name: "activation scales", kind: kernel.F32})
+	// actQuantsIn are the views of an n-value activation's quants and
+	// scales in blocks of qk (the integer mat-vecs' input) in set set
+	actQuantsIn := func(set, n, qk int) (view, view) {
+		if q8[set] < 0 {
+			sfx := [2]string{"", " (second set)"}[set]
+			q8[set] = p.add(alloc{name: "activation quants" + sfx, kind: kernel.U8})
+			q8d[set] = p.add(alloc{name: "activation scales" + sfx, kind: kernel.F32})
 		}
-		p.allocs[q8].n = max(p.allocs[q8].n, n)
-		p.allocs[q8d].n = max(p.allocs[q8d].n, n/qk)
-		return view{q8, 0, n}, view{q8d, 0, n / qk}
+		p.allocs[q8[set]].n = max(p.allocs[q8[set]].n, n)
+		p.allocs[q8d[set]].n = max(p.allocs[q8d[set]].n, n/qk)
+		return view{q8[set], 0, n}, view{q8d[set], 0, n / qk}
+	}
+	actQuants := func(n, qk int) (view, view) { return actQuantsIn(0, n, qk) }
+	// actQuantsBeside are actQuantsIn's views in the set none of args
+	// (a launch's) reads
+	actQuantsBeside := func(args []any, n, qk int) (view, view) {
+		set := 1
+		for _, a := range args {
+			if v, ok := a.(view); ok && v.a == q8[1] {
+				set = 0
+			}
+		}
+		return actQuantsIn(set, n, qk)
 	}
 	uses := make([][]int, len(g.Nodes)) // the nodes reading each node
 	for i, n := range g.Nodes {
@@ -484,6 +506,28 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		}
 		return name, mk, qk
 	}
+	// normFoldReaders are, where every reader of node j (an RMSNorm) is an
+	// integer decode mat-vec that takes a Q8_0 activation, whether each
+	// takes it in a layout of its own (Q4_KQ8_0, Q6_KAQ8_0: q8Act)
+	normFoldReaders := func(j int) (map[int]bool, bool) {
+		q8 := map[int]bool{}
+		for _, u := range uses[j] {
+			if u < 0 || g.Nodes[u].Op != dsl.OpMatMul {
+				return nil, false
+			}
+			t := m.Weights[g.Nodes[u].Weight].Type
+			_, _, qk := dotQuantizer(t)
+			switch l := deviceLayout(t, g.Nodes[j].Cols); {
+			case !integerDot(t):
+				return nil, false
+			case l == "Q4_K" || l == "Q6_KA":
+				q8[u] = true
+			case qk != 32:
+				return nil, false
+			}
+		}
+		return q8, len(uses[j]) > 0
+	}
 	// q4KReaders are node j's readers where every one is a Q4_K integer
 	// decode mat-vec (Q4_KQ8_0 takes their activation in Q8_0);
 	// JITLLM_ATTN_Q8_0=0 leaves them Q8_K (for comparisons on a device)
@@ -504,6 +548,11 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	// acts activation rows (a verify step) in the rule's shape over them
 	actQ8_0 := false        // the mat-vec being lowered reads a Q8_0 activation (q8Act)
 	q8Act := map[int]bool{} // mat-vecs whose activation a producer left in Q8_0 (Q4_KQ8_0)
+	// actNorm is the norm the mat-vec being lowered scales its sums by
+	// (DotShape.Norm), nil for none: its parts and ε, [ss, eps], from
+	// normAct, the mat-vecs reading a norm folded into the launch before
+	var actNorm []any
+	normAct := map[int][]any{}
 	dotMatVec := func(form string, t quant.Type, rows, cols, acts int) (string, func() *kernel.Kernel) {
 		var sh ops.DotShape
 		if acts > 1 {
@@ -516,7 +565,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		if actQ8_0 {
 			l += "Q8_0" // Q4_KQ8_0, Q6_KAQ8_0
 		}
-		return fmt.Sprintf("MatVecDot%s%s%s", form, l, sh), func() *kernel.Kernel { return ops.DotMatVec(form, l, sh) }
+		sh.Norm = actNorm != nil
+		return fmt.Sprintf("MatVecDot%s%s%s", form, l, sh), func() *kernel.Kernel { return p.matVec(form, l, sh) }
 	}
 
 	// ropeFreqs is the allocation of RoPE node i's frequency divisors and
@@ -568,6 +618,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	// row's logits; integer mat-vecs of all its rows at once)
 	lower := func(rows int, dst *[]launch, all bool) (view, error) {
 		p.dst = dst
+		clear(q8Act) // a lowering's own producers set them for their readers
+		clear(normAct)
 		// activation slots by liveness, as runtime/exec plans them, but for
 		// the RoPEs done in their attention's launch (ropeKVs): their inputs
 		// live until it
@@ -612,8 +664,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			}
 		}
 		type rounding struct { // an activation x as the rounding kernel rk left it
-			rk *kernel.Kernel
-			x  view
+			rk   *kernel.Kernel
+			x    view
+			q, d view // a quantizer's quants and scales of x
 		}
 		var last rounding       // the last one, in the scratch until another replaces it
 		var normQuant *rounding // set by a fused RMSNormQuantize* for the node loop's end
@@ -653,7 +706,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				}
 				p.call(i, k, weight(n.Weight), stepToks(p, rows), out[i], n.Cols)
 			case dsl.OpMatMul:
-				actQ8_0 = false
+				actQ8_0, actNorm = false, nil
 				if fused[i] { // an up projection done with its gate (SwiGLU), a stack's done by its first
 					break
 				}
@@ -753,6 +806,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						if actQ8_0 = q8Act[i] && xr == 1; actQ8_0 {
 							qname, qmk, qk = "QuantizeQ8_0", ops.QuantizeQ8_0, 32
 						}
+						if xr == 1 {
+							actNorm = normAct[i]
+						}
 						var fold *launch // the SwiGLU that quantizes x itself
 						var foldK *kernel.Kernel
 						if xr == 1 && swigluQ8_0() && !actQ8_0 && len(uses[n.In[0]]) == 1 && len(*p.dst) > 0 {
@@ -761,8 +817,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 							// reads it and takes it in Q8_0
 							prev := &(*p.dst)[len(*p.dst)-1]
 							l := deviceLayout(w.Type, cols)
-							sh, isSwiGLU := p.swigluShapes[prev.k]
-							if isSwiGLU && prev.args[len(prev.args)-1] == x && (l == "Q4_K" || l == "Q6_KA") {
+							sh, ok := p.matVecs[prev.k]
+							if ok && sh.form == "SwiGLU" && prev.args[len(prev.args)-1] == x && (l == "Q4_K" || l == "Q6_KA") {
 								if lk, err := ops.DotSwiGLUQ8_0(sh.layout, swigluQ8_0Shape(sh.shape)); err == nil {
 									qk, actQ8_0, fold, foldK = 32, true, prev, lk
 								}
@@ -773,17 +829,23 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						// the rounding is
 						xq, xd := actQuants(x.n, qk)
 						if fold != nil {
+							xq, xd = actQuantsBeside(fold.args, x.n, qk)
 							fold.k = cached(foldK.Name, func() *kernel.Kernel { return foldK })
 							fold.args = append(fold.args, x, xq, xd)
 							last.rk = nil // x's quants are no quantizer's: share them with nothing
 						} else {
 							quantize := cached(qname, qmk)
-							if last.rk != quantize || last.x != x {
+							switch {
+							case last.rk == quantize && last.x == x:
+								xq, xd = last.q, last.d
+							case actNorm != nil:
+								return view{}, fmt.Errorf("node %d (matmul): the norm before was folded into a launch, its quants since overwritten", i)
+							default:
 								p.call(i, quantize, x, xq, xd)
 							}
-							last.rk, last.x = quantize, x
+							last = rounding{quantize, x, xq, xd}
 						}
-						dotIn = []any{xq, xd}
+						dotIn = append([]any{xq, xd}, actNorm...)
 						k = cached(dotMatVec("", w.Type, n.Cols, cols, xr)) // xr > 1: every row's products, each weight read once
 						if xr > 1 {
 							break
@@ -863,11 +925,11 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						sh.Rows = 2 // pairs; the plain form's rows are even (heads of even width)
 					}
 					l := deviceLayout(w.Type, cols)
-					rk := cached(fmt.Sprintf("MatVecDotRopeKV%s%s", l, sh), func() *kernel.Kernel { return ops.DotMatVec("RopeKV", l, sh) })
-					if p.ropeShapes == nil {
-						p.ropeShapes = map[*kernel.Kernel]layoutShape{}
+					if actQ8_0 {
+						l += "Q8_0"
 					}
-					p.ropeShapes[rk] = layoutShape{l, sh}
+					sh.Norm = actNorm != nil
+					rk := cached(fmt.Sprintf("MatVecDotRopeKV%s%s", l, sh), func() *kernel.Kernel { return p.matVec("RopeKV", l, sh) })
 					p.call(i, rk, append(append([]any{wv}, dotIn...), y, whole(kc, p), whole(vc, p), stepAll(p), whole(fa, p),
 						nq, nk, r.HeadDim, r.Dims, ts, r.FreqScale)...)
 					break
@@ -900,12 +962,6 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols, cols, xr)
 					sk := cached(name, mk)
 					p.call(i, sk, append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
-					if xr == 1 {
-						if p.swigluShapes == nil {
-							p.swigluShapes = map[*kernel.Kernel]layoutShape{}
-						}
-						p.swigluShapes[sk] = layoutShape{deviceLayout(w.Type, cols), p.dotShape(dotKey{"SwiGLU", w.Type, n.Cols, cols})}
-					}
 					fused[next.node], fused[up], fused[mul] = true, true, true
 				case (xr == 1 || dotIn != nil) && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
@@ -958,12 +1014,44 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				if err != nil {
 					return view{}, err
 				}
+				if rows == 1 && !all && normFold() && n.Group() == n.Cols && n.Cols%32 == 0 && len(*p.dst) > 0 {
+					if own, ok := normFoldReaders(i); ok {
+						// the residual Add's mat-vec before begins the norm
+						// (ops.DotAddNormQ8_0): x·w in Q8_0 and the parts of
+						// Σx², its readers scale their sums by 1/rms
+						prev := &(*p.dst)[len(*p.dst)-1]
+						if ls, isDot := p.matVecs[prev.k]; isDot && ls.form == "Add" && prev.args[len(prev.args)-1] == in(0) {
+							name := prev.k.Name + "NormQ8_0"
+							lk, made := kernels[name]
+							if !made {
+								if lk, err = ops.DotAddNormQ8_0(ls.layout, ls.shape); err == nil {
+									kernels[name], made = lk, true
+								}
+							}
+							if made {
+								xq, xd := actQuantsBeside(prev.args, n.Cols, 32)
+								if normParts < 0 {
+									normParts = p.add(alloc{name: "norm parts", kind: kernel.F32})
+								}
+								p.allocs[normParts].n = max(p.allocs[normParts].n, n.Cols/32)
+								ss := view{normParts, 0, n.Cols / 32}
+								prev.k = lk
+								prev.args = append(prev.args, in(0), whole(wv, p), xq, xd, ss)
+								for _, u := range uses[i] {
+									normAct[u], q8Act[u] = []any{ss, n.F}, own[u]
+								}
+								normQuant = &rounding{cached("QuantizeQ8_0", ops.QuantizeQ8_0), out[i], xq, xd}
+								break
+							}
+						}
+					}
+				}
 				if qn, qmk, qk := quantizedBy(i); (rows == 1 || all) && n.Group() == n.Cols && qn != "" && n.Cols%qk == 0 {
 					// every reader is an integer decode mat-vec: normalize
 					// and quantize in one launch, the f32 rows never stored
 					xq, xd := actQuants(rows*n.Cols, qk)
 					p.call(i, cached("RMSNorm"+qn, func() *kernel.Kernel { return ops.RMSNormQuantize(qk) }), in(0), whole(wv, p), xq, xd, n.F)
-					normQuant = &rounding{cached(qn, qmk), out[i]}
+					normQuant = &rounding{cached(qn, qmk), out[i], xq, xd}
 					break
 				}
 				if perRow {
@@ -1099,7 +1187,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 							}
 							qn, qmk = "QuantizeQ8_0", ops.QuantizeQ8_0
 						}
-						normQuant = &rounding{cached(qn, qmk), out[i]}
+						normQuant = &rounding{cached(qn, qmk), out[i], xq, xd}
 						break
 					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
@@ -1147,7 +1235,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					if qk == 256 {
 						mkMerge = ops.AttentionMergeQ8_K
 					}
-					normQuant = &rounding{cached(qn, qmk), out[i]}
+					normQuant = &rounding{cached(qn, qmk), out[i], xq, xd}
 				}
 				merge, err := specialized(cached, mkMerge, map[string]any{"headDim": a.HeadDim, "heads": a.Heads, "chunks": ops.AttnSplitChunks})
 				if err != nil {
@@ -1162,7 +1250,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 				last.rk = nil
 			}
 			if normQuant != nil { // the quants hold this node's row: its readers skip the quantizer
-				last.rk, last.x = normQuant.rk, normQuant.x
+				last = *normQuant
 				normQuant = nil
 			}
 		}

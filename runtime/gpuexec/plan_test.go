@@ -223,6 +223,10 @@ func (h *hostExec) ForwardRows(tokens []int32) ([]float32, error) {
 	return h.last, nil
 }
 
+// hostCTAs is the CTAs hostExec runs a local phased launch in: more than
+// one, so one CTA's later phase runs before another's first.
+const hostCTAs = 3
+
 func (h *hostExec) run(ls []launch) error {
 	for _, l := range ls {
 		args := make([]any, len(l.args))
@@ -233,7 +237,15 @@ func (h *hostExec) run(ls []launch) error {
 				args[i] = a
 			}
 		}
-		if err := kernel.Run(l.k, args...); err != nil {
+		run := kernel.Run
+		if l.k.Local != nil {
+			// CTA-local phases CTA after CTA, as a GPU may run them: a
+			// phase that reads what another CTA writes (the same
+			// scratch read in one phase and written in another) breaks
+			// the results here too
+			run = func(k *kernel.Kernel, args ...any) error { return kernel.RunCTAs(k, hostCTAs, args...) }
+		}
+		if err := run(l.k, args...); err != nil {
 			return fmt.Errorf("node %d (%s): %w", l.node, l.k.Name, err)
 		}
 	}
@@ -1020,4 +1032,61 @@ func TestSwiGLUQ8_0Plan(t *testing.T) {
 		cpu := cpuRunner(t, m, exec.Options{Context: 64})
 		agree(t, cpu, newHostExec(p), 2, tolerance(name))
 	}
+}
+
+// With JITLLM_NORM_FOLD=1 a one-row step's RMSNorm whose readers all take
+// a Q8_0 activation is begun by the residual Add's mat-vec before it
+// (ops.DotAddNormQ8_0), its readers scaling their sums by the norm: a
+// launch less a norm but the first block's; the interpreted plan (its
+// local phases CTA after CTA) still generates what the CPU runner
+// generates, alone and with the SwiGLU quantizing its own output.
+func TestNormFoldPlan(t *testing.T) {
+	for _, c := range []struct {
+		name, swiglu string
+		folds        int // the norms folded: every one but the first block's
+	}{{"synth:llama-3.2-1b/Q4_K_M", "0", 4}, {"synth:llama-3.2-1b/Q4_K_M", "1", 4}, {"synth:qwen3-0.6b/Q8_0", "0", 4}, {"synthetic/tiny256-Q4_K_M.gguf", "0", -1}} {
+		m := loadModel(t, c.name)
+		t.Setenv("JITLLM_SWIGLU_Q8_0", c.swiglu)
+		plain, err := newPlan(m, 64, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("JITLLM_NORM_FOLD", "1")
+		p, err := newPlan(m, 64, 4)
+		t.Setenv("JITLLM_NORM_FOLD", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		folds, readers := 0, map[string]bool{}
+		for _, l := range p.launches {
+			if strings.HasSuffix(l.k.Name, "NormQ8_0") {
+				folds++
+			}
+			if ls, ok := p.matVecs[l.k]; ok && ls.shape.Norm {
+				readers[ls.form+ls.layout] = true
+			}
+			for _, pk := range l.k.Phases {
+				if ls, ok := p.matVecs[pk]; ok && ls.shape.Norm {
+					readers[ls.form+ls.layout] = true
+				}
+			}
+		}
+		t.Logf("%s (SwiGLU Q8_0 %s): %d norms folded, %d launches a step against %d; readers %v", c.name, c.swiglu, folds, len(p.launches), len(plain.launches), readers)
+		switch {
+		case c.folds < 0 && folds == 0:
+			t.Errorf("%s: no norm folded", c.name)
+		case c.folds >= 0 && folds != c.folds:
+			t.Errorf("%s: %d norms folded, want %d", c.name, folds, c.folds)
+		case len(p.launches) != len(plain.launches)-folds:
+			t.Errorf("%s: %d launches a step, want %d less %d folded", c.name, len(p.launches), len(plain.launches), folds)
+		case len(readers) == 0:
+			t.Errorf("%s: no mat-vec scales its sums by a norm", c.name)
+		}
+		if _, _, _, _, err := render(p, ptx.Target{SM: 90}, true); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		cpu := cpuRunner(t, m, exec.Options{Context: 64})
+		agree(t, cpu, newHostExec(p), 2, tolerance(c.name))
+	}
+	t.Setenv("JITLLM_SWIGLU_Q8_0", "")
 }

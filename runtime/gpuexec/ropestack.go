@@ -16,11 +16,22 @@ import (
 // faster, the 1B's 2.5%. JITLLM_ROPE_STACK=0 turns it off. The split
 // kernel takes no stages (JITLLM_STAGE): its launch streams as unstaged.
 
-// layoutShape is an integer mat-vec's weight layout and shape (a RopeKV
-// or a SwiGLU launch's).
+// layoutShape is an integer mat-vec's store form, weight layout and
+// shape (ops.DotMatVec's arguments).
 type layoutShape struct {
-	layout string
-	shape  ops.DotShape
+	form, layout string
+	shape        ops.DotShape
+}
+
+// matVec is ops.DotMatVec(form, layout, sh), its arguments recorded in
+// p.matVecs.
+func (p *plan) matVec(form, layout string, sh ops.DotShape) *kernel.Kernel {
+	k := ops.DotMatVec(form, layout, sh)
+	if p.matVecs == nil {
+		p.matVecs = map[*kernel.Kernel]layoutShape{}
+	}
+	p.matVecs[k] = layoutShape{form, layout, sh}
+	return k
 }
 
 func ropeStacks() bool { return os.Getenv("JITLLM_ROPE_STACK") != "0" }
@@ -53,14 +64,15 @@ func (p *plan) stackRopeKV() {
 				out = append(out, l)
 				continue
 			}
-			a, okA := p.ropeShapes[l.k]
-			b, okB := p.ropeShapes[ls[i+1].k]
+			a, okA := p.matVecs[l.k]
+			b, okB := p.matVecs[ls[i+1].k]
 			next := ls[i+1]
 			sh := a.shape
 			if r := ropeStackRows(); r > 0 {
 				sh.Rows = r
 			}
-			if !okA || !okB || a.layout == b.layout || !ops.CanSplitRopeKV(a.layout, b.layout) || !splitPair(l.args, next.args, sh.Rows, b.shape.Rows) {
+			if !okA || !okB || a.form != "RopeKV" || b.form != "RopeKV" || a.shape.Norm != b.shape.Norm || a.layout == b.layout ||
+				!ops.CanSplitRopeKV(a.layout, b.layout) || !splitPair(l.args, next.args, sh.Rows, b.shape.Rows, a.shape.Norm) {
 				out = append(out, l)
 				continue
 			}
@@ -71,7 +83,7 @@ func (p *plan) stackRopeKV() {
 				k = ops.DotMatVecRopeKVSplit(a.layout, b.layout, sh, b.shape.Unroll)
 				made[key] = k
 			}
-			// (wa, wb, xq, xd, y, kc, vc, step, freqs, nq, nk, headDim, dims, thetaScale, freqScale)
+			// (wa, wb, xq, xd, [ss, eps,] y, kc, vc, step, freqs, nq, nk, headDim, dims, thetaScale, freqScale)
 			args := append([]any{l.args[0], next.args[0]}, l.args[1:]...)
 			out = append(out, launch{k: k, args: args, node: l.node})
 			i++
@@ -85,21 +97,25 @@ func (p *plan) stackRopeKV() {
 
 // splitPair reports whether RopeKV launches a (q and k rows) and b (v
 // rows) can be one split launch of a's rows a group: a holds no v rows,
-// b no q or k rows, both the same activation, caches, step, frequencies
-// and RoPE, and both parts' rows whole groups.
-func splitPair(a, b []any, rowsA, rowsB int) bool {
-	if len(a) != 14 || len(b) != 14 {
+// b no q or k rows, both the same activation (with norm, its parts and ε),
+// caches, step, frequencies and RoPE, and both parts' rows whole groups.
+func splitPair(a, b []any, rowsA, rowsB int, norm bool) bool {
+	o := 0 // (ss, eps) after xd
+	if norm {
+		o = 2
+	}
+	if len(a) != 14+o || len(b) != 14+o {
 		return false
 	}
-	ya, okY := a[3].(view)
-	yb, okYB := b[3].(view)
-	nq, okQ := a[8].(int)
-	nk, okK := a[9].(int)
-	if !okY || !okYB || !okQ || !okK || nq+nk != ya.n || b[8] != any(0) || b[9] != any(0) {
+	ya, okY := a[3+o].(view)
+	yb, okYB := b[3+o].(view)
+	nq, okQ := a[8+o].(int)
+	nk, okK := a[9+o].(int)
+	if !okY || !okYB || !okQ || !okK || nq+nk != ya.n || b[8+o] != any(0) || b[9+o] != any(0) {
 		return false
 	}
-	for _, j := range []int{1, 2, 4, 5, 6, 7, 10, 11, 12, 13} {
-		if a[j] != b[j] {
+	for j := 1; j < len(a); j++ {
+		if j != 3+o && j != 8+o && j != 9+o && a[j] != b[j] {
 			return false
 		}
 	}
