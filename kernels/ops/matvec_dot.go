@@ -510,9 +510,10 @@ func NormPartQ8_0() *k.Kernel {
 // (DotMatVec's "SwiGLU" form) with its output quantized to Q8_0 in the
 // same launch: MatVecDotSwiGLU<typ><sh>Q8_0(wg, wu, xq, xd, y, yq, yd), a
 // kernel.LocalPhases of the mat-vec, whose CTAs take 32 rows at a time
-// (32/Rows groups of Threads), and QuantizeQ8_0 (x = y, into yq, yd), a
-// block a CTA: each CTA quantizes the rows it computed, so the quantizer
-// needs no launch of its own. The bits are the two kernels' in turn. yq
+// (32/Rows groups of Threads, dotThenBlock's), and QuantizeQ8_0 (x = y,
+// into yq, yd), a block a CTA: each CTA quantizes the rows it computed, so
+// the quantizer needs no launch of its own. The bits are the two kernels'
+// in turn (in the shape the CTA takes). yq
 // and yd must not be xq and xd: other CTAs may still be reading those.
 func DotSwiGLUQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
 	return dotThenBlock("SwiGLU", typ, sh, "Q8_0", QuantizeQ8_0())
@@ -530,19 +531,30 @@ func DotAddNormQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
 	return dotThenBlock("Add", typ, sh, "NormQ8_0", NormPartQ8_0())
 }
 
+// localCTA is the most threads of a CTA of dotThenBlock: a CTA of 1024
+// leaves a thread 64 registers, fewer than the mat-vecs take (the 8B's
+// down projection on Q6_KA in CTAs of 1024 spilled 896 bytes a thread),
+// and 512 keeps groups wider than a warp within the 15 named barriers a
+// CTA has for them.
+const localCTA = 512
+
 // dotThenBlock is DotMatVec(form, typ, sh) and then epilogue, a kernel of
 // one block of 32 outputs a group, as CTA-local phases: a CTA of 32 rows
 // (32/Rows groups of Threads) whose epilogue takes the block it computed.
-// Where those groups would not fit a CTA (1024 threads; groups wider than
-// a warp meet at named barriers, at most 15 a CTA) the groups take more
-// rows, which changes no bit.
+// Where those groups would make a CTA of more than localCTA threads the
+// groups take more rows (up to 4; that changes no bit), then fewer
+// threads, then more rows.
 func dotThenBlock(form, typ string, sh DotShape, suffix string, epilogue *k.Kernel) (*k.Kernel, error) {
 	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
 	if 32%sh.Rows != 0 || sh.Acts > 1 {
 		return nil, fmt.Errorf("MatVecDot%s%s%s: shape %+v (rows dividing 32, one activation row)", form, typ, suffix, sh)
 	}
-	for sh.Rows < 32 && (32/sh.Rows*sh.Threads > k.MaxThreads || (sh.Threads > WarpLanes && 32/sh.Rows > 15)) {
-		sh.Rows *= 2
+	for 32/sh.Rows*sh.Threads > localCTA {
+		if sh.Rows < 4 || sh.Threads == WarpLanes {
+			sh.Rows *= 2
+		} else {
+			sh.Threads /= 2
+		}
 	}
 	mv := DotMatVec(form, typ, sh)
 	return k.LocalPhases(mv.Name+suffix, 32/sh.Rows*sh.Threads, []int{0, 1}, mv, epilogue)
