@@ -57,6 +57,11 @@ type Target struct {
 	// kernel on a multiprocessor (.minnctapersm: a register budget, the
 	// widest phase's no longer setting the whole kernel's occupancy).
 	PhaseCTAs int
+	// LocalWarps, where set, asks ptxas to fit CTAs of a local phased
+	// kernel (kernel.LocalPhases) holding that many warps on a
+	// multiprocessor (.minnctapersm LocalWarps over the CTA's warps): a
+	// register budget, occupancy against spills.
+	LocalWarps int
 	// PhaseBarrier picks a phased kernel's grid barrier (phases.go): ""
 	// a generation word moved by the last CTA to arrive, "sleep" the same
 	// with a backed-off spin, "count" a 64-bit count of arrivals that only

@@ -79,6 +79,9 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		return "", f.err
 	}
 	f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", cta)
+	if n := t.LocalWarps / (cta / 32); n > 1 {
+		f.bounds += fmt.Sprintf(".minnctapersm %d\n", n)
+	}
 	if err := f.checkStages(k, localStages(t, k, ps[0])); err != nil {
 		return "", err
 	}

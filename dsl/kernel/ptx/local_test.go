@@ -47,6 +47,17 @@ func TestLocalPhasesRender(t *testing.T) {
 	if !strings.Contains(src[phase1:], ", 1;") || !strings.Contains(src[phase1:], "selp.b64") || !strings.Contains(src, ".maxntid 1024, 1, 1") {
 		t.Errorf("phase 1's share of one group a CTA is not rendered:\n%s", src[phase1:])
 	}
+	if strings.Contains(src, ".minnctapersm") {
+		t.Errorf("a register budget not asked for")
+	}
+	// LocalWarps: CTAs to hold that many warps a multiprocessor
+	lp2, err := k.LocalPhases("rowsMax2", 256, []int{0, 1}, pfKernel(false), blockMaxKernel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err := ptx.Render(lp2, ptx.Target{SM: 90, LocalWarps: 32}); err != nil || !strings.Contains(src, ".maxntid 256, 1, 1\n.minnctapersm 4\n") {
+		t.Errorf("LocalWarps 32 over CTAs of 8 warps: no .minnctapersm 4 (%v)", err)
+	}
 	l, err := ptx.Plan(lp, ptx.Target{SM: 90})
 	if err != nil {
 		t.Fatal(err)
