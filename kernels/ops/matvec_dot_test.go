@@ -572,31 +572,69 @@ func TestDotSwiGLUQ8_0(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ctas := range []int{0, 1, 2, out / 32} {
-			gy, gq, gd := make([]float32, out), make([]byte, out), make([]float32, out/32)
-			if ctas == 0 {
-				err = k.Run(lk, wg, wu, xq, xd, gy, gy, gq, gd)
-			} else {
-				err = k.RunCTAs(lk, ctas, wg, wu, xq, xd, gy, gy, gq, gd)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range y {
-				if math.Float32bits(gy[i]) != math.Float32bits(y[i]) || gq[i] != yq[i] {
-					t.Fatalf("shape %v, %d CTAs: row %d: %v q %d, want %v q %d", sh, ctas, i, gy[i], gq[i], y[i], yq[i])
-				}
-			}
-			for b := range yd {
-				if math.Float32bits(gd[b]) != math.Float32bits(yd[b]) {
-					t.Errorf("shape %v, %d CTAs: block %d's scale %v, want %v", sh, ctas, b, gd[b], yd[b])
-				}
-			}
-		}
+		checkLocal(t, fmt.Sprint(sh), lk, out/32, func(o []any) []any { return []any{wg, wu, xq, xd, o[0], o[0], o[1], o[2]} }, y, yq, yd)
 	}
 	if _, err := ops.DotSwiGLUQ8_0("Q4_K", ops.DotShape{Rows: 3}); err == nil {
 		t.Error("3 rows a group: no error")
 	}
+}
+
+// checkLocal runs local phased kernel lk phase by phase (k.Run) and CTA
+// by CTA (k.RunCTAs over 1, 2 and ctas CTAs) on args(outs), outs fresh
+// buffers shaped as want's ([]float32 or []byte), and checks each run's
+// outs equal want bit for bit.
+func checkLocal(t *testing.T, name string, lk *k.Kernel, ctas int, args func(outs []any) []any, want ...any) {
+	t.Helper()
+	for _, c := range []int{0, 1, 2, ctas} {
+		outs := make([]any, len(want))
+		for i, w := range want {
+			switch w := w.(type) {
+			case []float32:
+				outs[i] = make([]float32, len(w))
+			case []byte:
+				outs[i] = make([]byte, len(w))
+			}
+		}
+		var err error
+		if c == 0 {
+			err = k.Run(lk, args(outs)...)
+		} else {
+			err = k.RunCTAs(lk, c, args(outs)...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range want {
+			bad := -1
+			switch w := w.(type) {
+			case []float32:
+				bad = firstDiff(f32Bits(outs[i].([]float32)), f32Bits(w))
+			case []byte:
+				bad = firstDiff(outs[i].([]byte), w)
+			}
+			if bad >= 0 {
+				t.Fatalf("%s, %d CTAs (0: phase by phase): output %d differs at %d", name, c, i, bad)
+			}
+		}
+	}
+}
+
+// firstDiff is the first index where a and b differ, −1 for none.
+func firstDiff[T comparable](a, b []T) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+func f32Bits(v []float32) []uint32 {
+	b := make([]uint32, len(v))
+	for i, x := range v {
+		b[i] = math.Float32bits(x)
+	}
+	return b
 }
 
 // DotAddNormQ8_0 is the Add mat-vec and then NormPartQ8_0 over its
@@ -620,28 +658,7 @@ func TestDotAddNormQ8_0(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ctas := range []int{0, 1, 2, out / 32} {
-			gy, gq, gd, gs := make([]float32, out), make([]byte, out), make([]float32, out/32), make([]float32, out/32)
-			args := []any{w, xq, xd, res, gy, gy, nw, gq, gd, gs}
-			if ctas == 0 {
-				err = k.Run(lk, args...)
-			} else {
-				err = k.RunCTAs(lk, ctas, args...)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range y {
-				if math.Float32bits(gy[i]) != math.Float32bits(y[i]) || gq[i] != yq[i] {
-					t.Fatalf("shape %v, %d CTAs: row %d: %v q %d, want %v q %d", sh, ctas, i, gy[i], gq[i], y[i], yq[i])
-				}
-			}
-			for b := range yd {
-				if math.Float32bits(gd[b]) != math.Float32bits(yd[b]) || math.Float32bits(gs[b]) != math.Float32bits(ss[b]) {
-					t.Errorf("shape %v, %d CTAs: block %d: scale %v parts %v, want %v %v", sh, ctas, b, gd[b], gs[b], yd[b], ss[b])
-				}
-			}
-		}
+		checkLocal(t, fmt.Sprint(sh), lk, out/32, func(o []any) []any { return []any{w, xq, xd, res, o[0], o[0], nw, o[1], o[2], o[3]} }, y, yq, yd, ss)
 	}
 	if _, err := ops.DotAddNormQ8_0("Q4_K", ops.DotShape{Rows: 3}); err == nil {
 		t.Error("3 rows a group: no error")
