@@ -311,8 +311,8 @@ func dotQuantizer(t quant.Type) (name string, mk func() *kernel.Kernel, qk int) 
 // swigluQ8_0 reports whether a one-row step's SwiGLU quantizes its own
 // output to Q8_0 for the down projection after it (ops.DotSwiGLUQ8_0,
 // JITLLM_SWIGLU_Q8_0=1: in the SwiGLU's shape, a CTA of 32 rows; =2 or
-// =4: that many rows a group, a smaller CTA): off until measured on a
-// device.
+// =4: that many rows a group, a smaller CTA): off, 0.90 of the default on
+// the H100 (its CTAs of 32 rows, one a multiprocessor: docs/perf, stop 38).
 func swigluQ8_0() bool {
 	switch os.Getenv("JITLLM_SWIGLU_Q8_0") {
 	case "1", "2", "4":
@@ -324,7 +324,8 @@ func swigluQ8_0() bool {
 // normFold reports whether a one-row step's RMSNorm is begun by the
 // residual Add's mat-vec before it (ops.DotAddNormQ8_0) where every reader
 // takes a Q8_0 activation, the readers scaling their sums by the norm
-// (JITLLM_NORM_FOLD=1): off until measured on a device.
+// (JITLLM_NORM_FOLD=1): off, 0.97 of the default on the H100 (the folded
+// mat-vec's CTAs of 32 rows: docs/perf, stop 38).
 func normFold() bool { return os.Getenv("JITLLM_NORM_FOLD") == "1" }
 
 // swigluQ8_0Shape is the folded SwiGLU's shape from the plan's, its rows

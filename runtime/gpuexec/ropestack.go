@@ -41,7 +41,9 @@ func ropeStacks() bool { return os.Getenv("JITLLM_ROPE_STACK") != "0" }
 // The rows change no bit, only how many CTAs the launch takes: at 2 rows a
 // warp the 8B's split launch (88 registers a thread, 5 CTAs of 128 a
 // multiprocessor) is 768 CTAs, 1.16 waves of the H200's 660, and its last
-// CTAs started 7.7 µs after its first (TestGPUStepTrace, stop 37).
+// CTAs started 7.7 µs after its first (TestGPUStepTrace, stop 37). At 4
+// (384 CTAs of 142 registers, one wave) the H100's 8B step was 0.975 of
+// the default (stop 38).
 func ropeStackRows() int {
 	r := envInt("JITLLM_ROPE_STACK_ROWS", 0)
 	if r < 2 || r%2 != 0 {

@@ -547,7 +547,7 @@ func deviceTarget(c *cuda.Context) ptx.Target {
 	tg := ptx.ForDevice(c.Device.Major, c.Device.Minor)
 	tg.WGMMA, tg.WGMMAOverlap = useWGMMA(tg)
 	tg.PhaseCTAs, tg.PhaseBarrier = phaseCTAs(), phaseBarrier()
-	tg.LocalWarps = max(envInt("JITLLM_LOCAL_WARPS", 0), 0) // untimed: see docs/gpu.md
+	tg.LocalWarps = max(envInt("JITLLM_LOCAL_WARPS", 0), 0) // 0.75 of the default on the H100 (docs/perf, stop 38)
 	tg.StageOnce = os.Getenv("JITLLM_STAGE_ONCE") == "1"
 	tg.StageAhead = stageAhead()
 	tg.Trace = os.Getenv("JITLLM_TRACE") == "1"
