@@ -194,7 +194,27 @@ func (p *plan) dotShape(d dotKey) ops.DotShape {
 	if u := phasedUnroll(); u > 0 { // a one-row step's mat-vecs only (the phased ones)
 		sh.Unroll = u
 	}
+	if r, t, ok := wideQ4K(); ok && d.t == quant.Q4_K && d.cols >= 8192 && d.form != "SwiGLU" && d.rows%r == 0 {
+		sh.Rows, sh.Threads = r, t
+	}
 	return stageShape(sh, d)
+}
+
+// wideQ4K is JITLLM_Q4K_WIDE="rows,threads": the shape of the Q4_K
+// mat-vecs of 8192 columns or more (the 8B's down projection, which the
+// rule's shape leaves unstaged: four warps' slots of two 8 KB rows are
+// more than a launch's stage room), an experiment.
+func wideQ4K() (rows, threads int, ok bool) {
+	r, t, found := strings.Cut(os.Getenv("JITLLM_Q4K_WIDE"), ",")
+	if !found {
+		return 0, 0, false
+	}
+	rows, err1 := strconv.Atoi(r)
+	threads, err2 := strconv.Atoi(t)
+	if err1 != nil || err2 != nil || rows < 1 || threads < 32 || threads%32 != 0 || threads > 1024 {
+		return 0, 0, false
+	}
+	return rows, threads, true
 }
 
 // The step buffer's views: [last row, position] and the tokens.
