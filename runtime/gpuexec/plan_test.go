@@ -1090,3 +1090,29 @@ func TestNormFoldPlan(t *testing.T) {
 	}
 	t.Setenv("JITLLM_SWIGLU_Q8_0", "")
 }
+
+// JITLLM_Q4K_WIDE gives the Q4_K mat-vecs of 8192 columns or more its
+// rows and threads (staged where their slots fit), leaves narrower ones,
+// other types and the SwiGLU alone, and ignores a malformed value.
+func TestWideQ4KShape(t *testing.T) {
+	down := dotKey{"Add", quant.Q4_K, 4096, 14336}
+	for _, c := range []struct {
+		env  string
+		want string
+	}{{"", "x2u2"}, {"2,128", "x2t128u2s16128"}, {"1,32", "u2s8064"}, {"2,64", "x2t64u2s16128"}, {"2", "x2u2"}, {"2,48", "x2u2"}} {
+		t.Setenv("JITLLM_Q4K_WIDE", c.env)
+		p := &plan{}
+		if got := p.dotShape(down).String(); got != c.want {
+			t.Errorf("JITLLM_Q4K_WIDE=%q: the down projection's shape %s, want %s", c.env, got, c.want)
+		}
+	}
+	// the others keep the rule's shape
+	for _, d := range []dotKey{{"Add", quant.Q4_K, 4096, 4096}, {"Add", quant.Q6_K, 4096, 14336}, {"SwiGLU", quant.Q4_K, 14336, 8192}} {
+		t.Setenv("JITLLM_Q4K_WIDE", "")
+		want := (&plan{}).dotShape(d)
+		t.Setenv("JITLLM_Q4K_WIDE", "4,64")
+		if got := (&plan{}).dotShape(d); got != want {
+			t.Errorf("%+v: shape %s with JITLLM_Q4K_WIDE=4,64, want the rule's %s", d, got, want)
+		}
+	}
+}
