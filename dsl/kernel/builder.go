@@ -167,8 +167,11 @@ type Kernel struct {
 	Phases []*Kernel
 	// Local, where set, makes the phases CTA-local (LocalPhases)
 	Local *Local
-	NVars int
-	NBufs int
+	// Epilogue, where set, makes the second phase the first's block
+	// epilogue (BlockEpilogue)
+	Epilogue *Epilogue
+	NVars    int
+	NBufs    int
 }
 
 // Builder records one kernel. It holds all state, so kernels build

@@ -25,6 +25,9 @@ func run(k *Kernel, res *val, args ...any) (err error) {
 		if _, ok := args[len(args)-1].([]uint32); k.Local == nil && !ok { // local phases have no barrier
 			return fmt.Errorf("kernel %s: barrier given a %T (a []uint32)", k.Name, args[len(args)-1])
 		}
+		if k.Epilogue != nil { // the groups in order, each block's epilogue as its last group ends
+			return runGroups(k, nil, args)
+		}
 		for i, p := range k.Phases {
 			if err := run(p, nil, per[i]...); err != nil {
 				return fmt.Errorf("kernel %s: %w", k.Name, err)

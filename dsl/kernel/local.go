@@ -90,46 +90,21 @@ func RunCTAs(k *Kernel, ctas int, args ...any) (err error) {
 	if err != nil {
 		return err
 	}
-	type phase struct {
-		m            *machine
-		grid         *Stmt
-		lo, hi, step int64
-		groups       int64
-	}
-	ps := make([]phase, len(k.Phases))
 	defer recoverRun(k, &err)
+	ps, err := gridPhases(k, per)
+	if err != nil {
+		return err
+	}
+	groups := make([]int64, len(ps))
 	for i, p := range k.Phases {
-		lk, m, err := prepare(p, per[i])
-		if err != nil {
-			return fmt.Errorf("kernel %s: %w", k.Name, err)
-		}
-		at := -1
-		for j, s := range lk.Body {
-			if s.Op == SFor && s.Loop == Parallel {
-				at = j
-			}
-		}
-		if at < 0 {
-			return fmt.Errorf("kernel %s: phase %s has no grid loop", k.Name, p.Name)
-		}
-		m.stmts(lk.Body[:at]) // its pure lead-in
-		g := lk.Body[at]
-		ps[i] = phase{m: m, grid: g, lo: m.eval(g.Lo).i, hi: m.eval(g.Hi).i, step: int64(g.Step),
-			groups: int64(k.Local.Groups(i, kernelWidth(p)))}
+		groups[i] = int64(k.Local.Groups(i, kernelWidth(p)))
 	}
 	for c := int64(0); c < int64(ctas); c++ {
-		for _, p := range ps {
-			for base := c * p.groups; ; base += int64(ctas) * p.groups {
-				if p.lo+base*p.step >= p.hi {
-					break
-				}
-				for w := int64(0); w < p.groups; w++ {
-					i := p.lo + (base+w)*p.step
-					if i >= p.hi {
-						break
-					}
-					p.m.vars[p.grid.Var.ID] = val{i: i}
-					p.m.stmts(p.grid.Body)
+		for i := range ps {
+			p, n, gs := &ps[i], ps[i].iterations(), groups[i]
+			for base := c * gs; base < n; base += int64(ctas) * gs {
+				for w := base; w < min(base+gs, n); w++ {
+					p.run(w)
 				}
 			}
 		}

@@ -531,6 +531,31 @@ func DotAddNormQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
 	return dotThenBlock("Add", typ, sh, "NormQ8_0", NormPartQ8_0())
 }
 
+// DotThenBlockCounted is DotSwiGLUQ8_0 or DotAddNormQ8_0 (form "SwiGLU"
+// or "Add") as a kernel.BlockEpilogue instead of local phases: the
+// mat-vec in its own shape and grid (warp groups, unstaged), each block of
+// 32 outputs quantized (and, for "Add", its squares summed) by the group
+// that completes it, counted in a U32 buffer after the epilogue's
+// parameters. The bits are the two kernels' in turn.
+func DotThenBlockCounted(form, typ string, sh DotShape) (*k.Kernel, error) {
+	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
+	if 32%sh.Rows != 0 || sh.Acts > 1 || sh.Threads != WarpLanes {
+		return nil, fmt.Errorf("MatVecDot%s%s counted: shape %+v (warp groups, rows dividing 32, one activation row)", form, typ, sh)
+	}
+	sh.Stage = 0
+	var epilogue *k.Kernel
+	switch form {
+	case "SwiGLU":
+		epilogue = QuantizeQ8_0()
+	case "Add":
+		epilogue = NormPartQ8_0()
+	default:
+		return nil, fmt.Errorf("MatVecDot%s%s counted: no block epilogue for form %s", form, typ, form)
+	}
+	mv := DotMatVec(form, typ, sh)
+	return k.BlockEpilogue(mv.Name+"C"+epilogue.Name, 32, sh.Rows, mv, epilogue)
+}
+
 // localCTA is the most threads of a CTA of dotThenBlock: a CTA of 1024
 // leaves a thread 64 registers, fewer than the mat-vecs take (the 8B's
 // down projection on Q6_KA in CTAs of 1024 spilled 896 bytes a thread),

@@ -665,6 +665,63 @@ func TestDotAddNormQ8_0(t *testing.T) {
 	}
 }
 
+// The counted forms (kernel.BlockEpilogue) give the two kernels' bits in
+// turn, their groups in order or not.
+func TestDotThenBlockCounted(t *testing.T) {
+	r := rand.New(rand.NewPCG(55, 56))
+	const n, out = 512, 32 * 5
+	wg, wu := gateUp(quant.Q4_K, n, out, r)
+	xq, xd := partner(t, "Q8_K", opstest.Floats(n, 2, r))
+	res, nw := opstest.Floats(out, 1, r), opstest.Floats(out, 1, r)
+	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2, Unroll: 2}, {Rows: 4}} {
+		sy, ay := make([]float32, out), make([]float32, out)
+		if err := k.Run(ops.DotMatVec("SwiGLU", "Q4_K", sh), wg, wu, xq, xd, sy); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Run(ops.DotMatVec("Add", "Q4_K", sh), wg, xq, xd, res, ay); err != nil {
+			t.Fatal(err)
+		}
+		sq, sd := partner(t, "Q8_0", sy)
+		aq, ad, ss := make([]byte, out), make([]float32, out/32), make([]float32, out/32)
+		if err := k.Run(ops.NormPartQ8_0(), ay, nw, aq, ad, ss); err != nil {
+			t.Fatal(err)
+		}
+		sk, err := ops.DotThenBlockCounted("SwiGLU", "Q4_K", sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ak, err := ops.DotThenBlockCounted("Add", "Q4_K", sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seed := range uint64(3) {
+			run := func(lk *k.Kernel, args ...any) {
+				if seed == 0 {
+					err = k.Run(lk, args...)
+				} else {
+					err = k.RunGroups(lk, seed, args...)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			gy, gq, gd := make([]float32, out), make([]byte, out), make([]float32, out/32)
+			run(sk, wg, wu, xq, xd, gy, gy, gq, gd, make([]uint32, out/32))
+			if firstDiff(f32Bits(gy), f32Bits(sy)) >= 0 || firstDiff(gq, sq) >= 0 || firstDiff(f32Bits(gd), f32Bits(sd)) >= 0 {
+				t.Errorf("SwiGLU %v, order %d: not the two kernels' bits", sh, seed)
+			}
+			hy, hq, hd, hs := make([]float32, out), make([]byte, out), make([]float32, out/32), make([]float32, out/32)
+			run(ak, wg, xq, xd, res, hy, hy, nw, hq, hd, hs, make([]uint32, out/32))
+			if firstDiff(f32Bits(hy), f32Bits(ay)) >= 0 || firstDiff(hq, aq) >= 0 || firstDiff(f32Bits(hd), f32Bits(ad)) >= 0 || firstDiff(f32Bits(hs), f32Bits(ss)) >= 0 {
+				t.Errorf("Add %v, order %d: not the two kernels' bits", sh, seed)
+			}
+		}
+	}
+	if _, err := ops.DotThenBlockCounted("Add", "Q4_K", ops.DotShape{Rows: 2, Threads: 64}); err == nil {
+		t.Error("groups of 64: no error")
+	}
+}
+
 // NormPartQ8_0 quantizes x·w as QuantizeQ8_0 quantizes it, bit for bit,
 // and sums each block's squares of x; a mat-vec with DotShape.Norm over
 // its output is the plain mat-vec's sums times RMSNorm's 1/rms (within

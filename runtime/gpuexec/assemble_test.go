@@ -70,6 +70,14 @@ func TestKernelsAssemble(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks = append(ks, sq)
+	// the counted folds (JITLLM_NORM_FOLD=count, JITLLM_SWIGLU_Q8_0=count)
+	for _, c := range []struct{ form, typ string }{{"Add", "Q4_KQ8_0"}, {"SwiGLU", "Q4_K"}} {
+		ck, err := ops.DotThenBlockCounted(c.form, c.typ, ops.DotShape{Rows: 2, Unroll: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks = append(ks, ck)
+	}
 	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
 		if err != nil {

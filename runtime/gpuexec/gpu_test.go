@@ -93,12 +93,12 @@ func TestGPUMatchesCPU(t *testing.T) {
 			// the SwiGLU quantizing its own output (JITLLM_SWIGLU_Q8_0), in
 			// its shape and at 2 rows a group; the norms begun by the
 			// residual's mat-vec (JITLLM_NORM_FOLD), alone and with the
-			// SwiGLU's; the defaults otherwise
+			// SwiGLU's; both counted (=count); the defaults otherwise
 			decodeBlockHeads, decodeSplits = defaultHeads, tiers
 			for _, env := range []string{"JITLLM_DEPENDENT_LAUNCH", "JITLLM_PHASES", "JITLLM_STAGE", "JITLLM_STAGE_AHEAD", "JITLLM_STAGE_GRID", "JITLLM_ROPE_STACK", "JITLLM_WARM"} {
 				t.Setenv(env, "")
 			}
-			for _, v := range [][2]string{{"1", ""}, {"2", ""}, {"", "1"}, {"1", "1"}} {
+			for _, v := range [][2]string{{"1", ""}, {"2", ""}, {"", "1"}, {"1", "1"}, {"count", "count"}} {
 				t.Setenv("JITLLM_SWIGLU_Q8_0", v[0])
 				t.Setenv("JITLLM_NORM_FOLD", v[1])
 				cpu.Truncate(0)

@@ -335,18 +335,28 @@ func dotQuantizer(t quant.Type) (name string, mk func() *kernel.Kernel, qk int) 
 // the H100 (its CTAs of 32 rows, one a multiprocessor: docs/perf, stop 38).
 func swigluQ8_0() bool {
 	switch os.Getenv("JITLLM_SWIGLU_Q8_0") {
-	case "1", "2", "4":
+	case "1", "2", "4", "count":
 		return true
 	}
 	return false
 }
+
+// swigluQ8_0Counted is JITLLM_SWIGLU_Q8_0=count: the SwiGLU in its own
+// shape and grid, each block of 32 outputs quantized by the warp that
+// completes it (ops.DotThenBlockCounted; untimed).
+func swigluQ8_0Counted() bool { return os.Getenv("JITLLM_SWIGLU_Q8_0") == "count" }
 
 // normFold reports whether a one-row step's RMSNorm is begun by the
 // residual Add's mat-vec before it (ops.DotAddNormQ8_0) where every reader
 // takes a Q8_0 activation, the readers scaling their sums by the norm
 // (JITLLM_NORM_FOLD=1): off, 0.97 of the default on the H100 (the folded
 // mat-vec's CTAs of 32 rows: docs/perf, stop 38).
-func normFold() bool { return os.Getenv("JITLLM_NORM_FOLD") == "1" }
+func normFold() bool { return os.Getenv("JITLLM_NORM_FOLD") == "1" || normFoldCounted() }
+
+// normFoldCounted is JITLLM_NORM_FOLD=count: the residual's mat-vec in its
+// own shape and grid, each block of 32 outputs begun by the warp that
+// completes it (ops.DotThenBlockCounted; untimed).
+func normFoldCounted() bool { return os.Getenv("JITLLM_NORM_FOLD") == "count" }
 
 // swigluQ8_0Shape is the folded SwiGLU's shape from the plan's, its rows
 // JITLLM_SWIGLU_Q8_0's where 2 or 4.
@@ -459,6 +469,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	scratch16 := -1             // the same rounded on to f16 for the tensor cores
 	scores := -1                // attention scores
 	normParts := -1             // a folded norm's parts of Σx² (ops.NormPartQ8_0)
+	counts := -1                // the counted folds' block counts (ops.DotThenBlockCounted)
 	parts := -1                 // split attention's pieces
 	wf16 := -1                  // a prefill product's weights decoded to f16
 	// the decode activation's quants and scales (MatVecDot*), in two
@@ -526,6 +537,45 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 			name, mk, qk = qn, qmk, q
 		}
 		return name, mk, qk
+	}
+	// foldKernel is the integer mat-vec ls (a SwiGLU or a residual Add)
+	// with its output's Q8_0 blocks (and for Add a norm's parts) made in
+	// the same launch: in CTA-local phases (ops.DotSwiGLUQ8_0,
+	// DotAddNormQ8_0), or counted (ops.DotThenBlockCounted); nil where its
+	// shape cannot
+	foldKernel := func(ls layoutShape, counted bool) *kernel.Kernel {
+		suffix := map[string]string{"SwiGLU": "Q8_0", "Add": "NormQ8_0"}[ls.form]
+		if counted {
+			suffix += "Counted"
+		}
+		name := fmt.Sprintf("MatVecDot%s%s%s%s", ls.form, ls.layout, ls.shape, suffix)
+		if k, ok := kernels[name]; ok {
+			return k
+		}
+		var k *kernel.Kernel
+		var err error
+		switch {
+		case counted:
+			k, err = ops.DotThenBlockCounted(ls.form, ls.layout, ls.shape)
+		case ls.form == "SwiGLU":
+			k, err = ops.DotSwiGLUQ8_0(ls.layout, ls.shape)
+		default:
+			k, err = ops.DotAddNormQ8_0(ls.layout, ls.shape)
+		}
+		if err != nil {
+			return nil
+		}
+		kernels[name] = k
+		return k
+	}
+	// blockCounts is a counted fold's counts of n blocks (zero once, then
+	// only growing: every launch adds the same to each)
+	blockCounts := func(n int) view {
+		if counts < 0 {
+			counts = p.add(alloc{name: "block counts", kind: kernel.U32})
+		}
+		p.allocs[counts].n = max(p.allocs[counts].n, n)
+		return view{counts, 0, n}
 	}
 	// normFoldReaders are, where every reader of node j (an RMSNorm) is an
 	// integer decode mat-vec that takes a Q8_0 activation, whether each
@@ -840,7 +890,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 							l := deviceLayout(w.Type, cols)
 							sh, ok := p.matVecs[prev.k]
 							if ok && sh.form == "SwiGLU" && prev.args[len(prev.args)-1] == x && (l == "Q4_K" || l == "Q6_KA") {
-								if lk, err := ops.DotSwiGLUQ8_0(sh.layout, swigluQ8_0Shape(sh.shape)); err == nil {
+								sh.shape = swigluQ8_0Shape(sh.shape)
+								if lk := foldKernel(sh, swigluQ8_0Counted()); lk != nil {
 									qk, actQ8_0, fold, foldK = 32, true, prev, lk
 								}
 							}
@@ -851,8 +902,11 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						xq, xd := actQuants(x.n, qk)
 						if fold != nil {
 							xq, xd = actQuantsBeside(fold.args, x.n, qk)
-							fold.k = cached(foldK.Name, func() *kernel.Kernel { return foldK })
+							fold.k = foldK
 							fold.args = append(fold.args, x, xq, xd)
+							if foldK.Epilogue != nil {
+								fold.args = append(fold.args, blockCounts(x.n/32))
+							}
 							last.rk = nil // x's quants are no quantizer's: share them with nothing
 						} else {
 							quantize := cached(qname, qmk)
@@ -1042,14 +1096,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						// Σx², its readers scale their sums by 1/rms
 						prev := &(*p.dst)[len(*p.dst)-1]
 						if ls, isDot := p.matVecs[prev.k]; isDot && ls.form == "Add" && prev.args[len(prev.args)-1] == in(0) {
-							name := prev.k.Name + "NormQ8_0"
-							lk, made := kernels[name]
-							if !made {
-								if lk, err = ops.DotAddNormQ8_0(ls.layout, ls.shape); err == nil {
-									kernels[name], made = lk, true
-								}
-							}
-							if made {
+							if lk := foldKernel(ls, normFoldCounted()); lk != nil {
 								xq, xd := actQuantsBeside(prev.args, n.Cols, 32)
 								if normParts < 0 {
 									normParts = p.add(alloc{name: "norm parts", kind: kernel.F32})
@@ -1058,6 +1105,9 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 								ss := view{normParts, 0, n.Cols / 32}
 								prev.k = lk
 								prev.args = append(prev.args, in(0), whole(wv, p), xq, xd, ss)
+								if lk.Epilogue != nil {
+									prev.args = append(prev.args, blockCounts(n.Cols/32))
+								}
 								for _, u := range uses[i] {
 									normAct[u], q8Act[u] = []any{ss, n.F}, own[u]
 								}

@@ -245,6 +245,10 @@ func (h *hostExec) run(ls []launch) error {
 			// the results here too
 			run = func(k *kernel.Kernel, args ...any) error { return kernel.RunCTAs(k, hostCTAs, args...) }
 		}
+		if l.k.Epilogue != nil {
+			// a block epilogue's groups out of order, as a GPU may run them
+			run = func(k *kernel.Kernel, args ...any) error { return kernel.RunGroups(k, uint64(h.pos)+1, args...) }
+		}
 		if err := run(l.k, args...); err != nil {
 			return fmt.Errorf("node %d (%s): %w", l.node, l.k.Name, err)
 		}
@@ -988,7 +992,7 @@ func TestSplitTiersEnv(t *testing.T) {
 // what the CPU runner generates, in the SwiGLU's shape (=1) and at 2 rows
 // a group (=2).
 func TestSwiGLUQ8_0Plan(t *testing.T) {
-	for _, c := range []struct{ name, env string }{{"synthetic/tiny256-Q4_K_M.gguf", "1"}, {"synth:llama-3.2-1b/Q4_K_M", "1"}, {"synth:llama-3.2-1b/Q4_K_M", "2"}} {
+	for _, c := range []struct{ name, env string }{{"synthetic/tiny256-Q4_K_M.gguf", "1"}, {"synth:llama-3.2-1b/Q4_K_M", "1"}, {"synth:llama-3.2-1b/Q4_K_M", "2"}, {"synth:llama-3.2-1b/Q4_K_M", "count"}} {
 		name := c.name
 		m := loadModel(t, name)
 		plain, err := newPlan(m, 64, 4)
@@ -1043,15 +1047,17 @@ func TestSwiGLUQ8_0Plan(t *testing.T) {
 func TestNormFoldPlan(t *testing.T) {
 	for _, c := range []struct {
 		name, swiglu string
-		folds        int // the norms folded: every one but the first block's
-	}{{"synth:llama-3.2-1b/Q4_K_M", "0", 4}, {"synth:llama-3.2-1b/Q4_K_M", "1", 4}, {"synth:qwen3-0.6b/Q8_0", "0", 4}, {"synthetic/tiny256-Q4_K_M.gguf", "0", -1}} {
+		folds        int    // the norms folded: every one but the first block's
+		fold         string // JITLLM_NORM_FOLD: 1 in local phases, count counted
+	}{{"synth:llama-3.2-1b/Q4_K_M", "0", 4, "1"}, {"synth:llama-3.2-1b/Q4_K_M", "1", 4, "1"}, {"synth:qwen3-0.6b/Q8_0", "0", 4, "1"}, {"synthetic/tiny256-Q4_K_M.gguf", "0", -1, "1"},
+		{"synth:llama-3.2-1b/Q4_K_M", "count", 3, "count"}, {"synthetic/tiny256-Q4_K_M.gguf", "count", -1, "count"}} {
 		m := loadModel(t, c.name)
 		t.Setenv("JITLLM_SWIGLU_Q8_0", c.swiglu)
 		plain, err := newPlan(m, 64, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Setenv("JITLLM_NORM_FOLD", "1")
+		t.Setenv("JITLLM_NORM_FOLD", c.fold)
 		p, err := newPlan(m, 64, 4)
 		t.Setenv("JITLLM_NORM_FOLD", "")
 		if err != nil {
@@ -1059,7 +1065,7 @@ func TestNormFoldPlan(t *testing.T) {
 		}
 		folds, readers := 0, map[string]bool{}
 		for _, l := range p.launches {
-			if strings.HasSuffix(l.k.Name, "NormQ8_0") {
+			if strings.Contains(l.k.Name, "NormQ8_0") || strings.Contains(l.k.Name, "NormPartQ8_0") {
 				folds++
 			}
 			if ls, ok := p.matVecs[l.k]; ok && ls.shape.Norm {

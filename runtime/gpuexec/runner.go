@@ -480,7 +480,7 @@ func (r *Runner) bindCalls(ls []launch, tg ptx.Target, fns map[*kernel.Kernel]*c
 		if err != nil {
 			return nil, err
 		}
-		resident := len(l.k.Phases) > 0 && l.k.Local == nil // CTA-local phases take any grid
+		resident := len(l.k.Phases) > 0 && l.k.Local == nil && l.k.Epilogue == nil // CTA-local phases, block epilogues take any grid
 		if !resident && stageGrid() && staged(l.k) {
 			// a staged mat-vec's grid at the CTAs resident at once, each
 			// walking its groups (with JITLLM_STAGE_AHEAD, copying ahead)

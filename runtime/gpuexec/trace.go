@@ -188,7 +188,7 @@ func (r *Runner) traceStep(g *cuda.Graph) ([]traceSpan, error) {
 			return nil, fmt.Errorf("trace: launch of %s: not in the module", c.fn.Name)
 		}
 		ctas := int(c.grid.X * c.grid.Y * c.grid.Z)
-		if ps := r.sh.ks[e].Phases; len(ps) > 0 {
+		if ps := r.sh.ks[e].Phases; len(ps) > 0 && r.sh.ks[e].Epilogue == nil { // a block epilogue records once
 			for p, k := range ps {
 				ls = append(ls, traceLaunch{name: fmt.Sprintf("%s[%d] %s", c.fn.Name, p, k.Name), entry: e, phase: p, ctas: ctas})
 			}

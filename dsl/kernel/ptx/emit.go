@@ -24,7 +24,9 @@ func Module(ks []*kernel.Kernel, t Target) (string, error) {
 	for i, k := range ks {
 		var s string
 		var err error
-		if k.Local != nil {
+		if k.Epilogue != nil {
+			s, err = epilogueEntry(k, t, i)
+		} else if k.Local != nil {
 			s, err = localEntry(k, t, i)
 		} else if len(k.Phases) > 0 {
 			s, err = phasedEntry(k, t, i)
@@ -123,6 +125,10 @@ type fn struct {
 	// localGroups is a CTA-local phase's groups a CTA (kernel.Local; 0:
 	// a plain grid loop)
 	localGroups int
+	// afterGroup, where set, renders what follows each iteration of the
+	// grid loop (a block epilogue's count, epilogue.go), given the
+	// iteration's register
+	afterGroup func(i string)
 
 	// kernel.Stage (stage.go): rendered at all, the CTA the slots are sized
 	// for, this group's region and the bytes of it taken, the most any
@@ -512,6 +518,9 @@ func (f *fn) loopFrom(s *kernel.Stmt, i, hi, step string) {
 	f.ins("setp.ge.s64 %s, %s, %s", p, i, hi)
 	f.ins("@%s bra %s", p, end)
 	f.stmts(s.Body)
+	if s == f.grid && f.afterGroup != nil {
+		f.afterGroup(i)
+	}
 	f.ins("add.s64 %s, %s, %s", i, i, step)
 	f.ins("bra %s", head)
 	f.place(end)

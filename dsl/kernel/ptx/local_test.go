@@ -121,3 +121,37 @@ func TestLocalPhasesStage(t *testing.T) {
 		t.Errorf("stages %d bytes a CTA, want %d", l.Stages, 32*256*4)
 	}
 }
+
+// A block epilogue (kernel.BlockEpilogue) renders the producer's grid
+// loop and, after each group, its fenced count and the completing group's
+// epilogue; its launch is the producer's (any grid, not resident).
+func TestBlockEpilogueRender(t *testing.T) {
+	be, err := k.BlockEpilogue("rowsMax", 32, 1, pfKernel(false), blockMaxKernel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(*k.Kernel) bool { return true }
+	src, err := ptx.Module([]*k.Kernel{be}, ptx.Target{SM: 90, Dependent: all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fence.acq_rel.gpu", "atom.acq_rel.gpu.global.add.u32", "shfl.sync.idx.b32", "ld.acquire.gpu.global.u32", "griddepcontrol.wait"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("no %s:\n%s", want, src)
+		}
+	}
+	if strings.Count(src, "atom.") != 1 || strings.Contains(src, "bar.sync") {
+		t.Errorf("not one count a group, or a CTA barrier:\n%s", src)
+	}
+	l, err := ptx.Plan(be, ptx.Target{SM: 90})
+	if err != nil || l.Resident || l.Group != 32 {
+		t.Errorf("launch %+v (%v)", l, err)
+	}
+	bad, err := k.BlockEpilogue("wide", 32, 1, stKernelW(256, 64), blockMaxKernel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ptx.Module([]*k.Kernel{bad}, ptx.Target{SM: 90}); err == nil {
+		t.Error("groups of 32 and of 64: rendered")
+	}
+}

@@ -101,6 +101,13 @@ func (l Launch) CTA(threads, max int) int {
 
 // Plan is the launch of k rendered for t.
 func Plan(k *kernel.Kernel, t Target) (Launch, error) {
+	if k.Epilogue != nil {
+		ps, _, err := lowerPhases(k, t)
+		if err != nil {
+			return Launch{}, err
+		}
+		return Launch{Group: ps[0].width, Loop: ps[0].grid.Var.Name}, nil // the producer's grid, unstaged
+	}
 	if k.Local != nil {
 		ps, _, err := lowerPhases(k, t)
 		if err != nil {
