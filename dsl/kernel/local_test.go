@@ -1,6 +1,7 @@
 package kernel_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -22,12 +23,17 @@ func rowSums() *k.Kernel {
 }
 
 // blockMax: m[b] = the largest of y's block b of 32, a warp a block.
-func blockMax() *k.Kernel {
-	b := k.New("blockMax")
+func blockMax() *k.Kernel { return blockMaxShifted(0) }
+
+// blockMaxShifted: m[b] = the largest of y's block b+shift of 32 (around
+// the end), a warp a block.
+func blockMaxShifted(shift int) *k.Kernel {
+	b := k.New(fmt.Sprintf("blockMax%d", shift))
 	y, m := b.Buffer("y", k.F32), b.Buffer("m", k.F32)
 	b.ParallelFor("b", 0, m.Len(), func(i k.Expr) {
+		blk := b.Let("blk", i.Add(shift).Rem(m.Len()))
 		acc := b.Acc("mx", k.OpMax, k.F(math.Inf(-1)))
-		b.For("j", 0, 32, func(j k.Expr) { b.Fold(acc, y.At(i.Mul(32).Add(j))) })
+		b.For("j", 0, 32, func(j k.Expr) { b.Fold(acc, y.At(blk.Mul(32).Add(j))) })
 		b.Store(m, i, acc.Get())
 	})
 	b.Schedule("j", k.LoopSchedule{Threads: 32})
