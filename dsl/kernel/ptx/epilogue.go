@@ -74,7 +74,7 @@ func epilogueEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		f.ins("@%s bra %s", p, skip)
 		f.ins("ld.acquire.gpu.global.u32 %s, [%s]", sum, addr) // every lane's acquire of the completed count
 		// the epilogue's lead-in and its grid loop's body at the block
-		k0, g0 := f.k, f.grid
+		k0 := f.k
 		f.k = epi.k
 		f.stmts(epi.k.Body[:at])
 		v := f.reg(c64)
@@ -82,7 +82,7 @@ func epilogueEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 		f.ins("mad.lo.s64 %s, %s, %d, %s", v, blk, epi.grid.Step, lo)
 		f.vars[epi.grid.Var] = v
 		f.stmts(epi.grid.Body)
-		f.k, f.grid = k0, g0
+		f.k = k0
 		f.place(skip)
 	}
 	if err := f.firstPhase(prod, dependent); err != nil {
