@@ -516,7 +516,7 @@ func NormPartQ8_0() *k.Kernel {
 // in turn (in the shape the CTA takes). yq
 // and yd must not be xq and xd: other CTAs may still be reading those.
 func DotSwiGLUQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
-	return dotThenBlock("SwiGLU", typ, sh, "Q8_0", QuantizeQ8_0())
+	return DotFold("SwiGLU", typ, sh, false)
 }
 
 // DotAddNormQ8_0 is the mat-vec of weight type typ in shape sh that adds
@@ -528,7 +528,29 @@ func DotSwiGLUQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
 // DotShape.Norm, so the norm needs no launch of its own. yq and yd must
 // not be xq and xd.
 func DotAddNormQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
-	return dotThenBlock("Add", typ, sh, "NormQ8_0", NormPartQ8_0())
+	return DotFold("Add", typ, sh, false)
+}
+
+// DotFold is the mat-vec of store form form ("SwiGLU" or "Add") with the
+// block epilogue its output's reader wants in the same launch: for
+// "SwiGLU" QuantizeQ8_0 (DotSwiGLUQ8_0), for "Add" NormPartQ8_0
+// (DotAddNormQ8_0); in CTA-local phases, or counted
+// (DotThenBlockCounted).
+func DotFold(form, typ string, sh DotShape, counted bool) (*k.Kernel, error) {
+	var suffix string
+	var epilogue *k.Kernel
+	switch form {
+	case "SwiGLU":
+		suffix, epilogue = "Q8_0", QuantizeQ8_0()
+	case "Add":
+		suffix, epilogue = "NormQ8_0", NormPartQ8_0()
+	default:
+		return nil, fmt.Errorf("MatVecDot%s%s: no block epilogue for form %s", form, typ, form)
+	}
+	if counted {
+		return dotThenBlockCounted(form, typ, sh, epilogue)
+	}
+	return dotThenBlock(form, typ, sh, suffix, epilogue)
 }
 
 // DotThenBlockCounted is DotSwiGLUQ8_0 or DotAddNormQ8_0 (form "SwiGLU"
@@ -538,20 +560,16 @@ func DotAddNormQ8_0(typ string, sh DotShape) (*k.Kernel, error) {
 // that completes it, counted in a U32 buffer after the epilogue's
 // parameters. The bits are the two kernels' in turn.
 func DotThenBlockCounted(form, typ string, sh DotShape) (*k.Kernel, error) {
+	return DotFold(form, typ, sh, true)
+}
+
+// dotThenBlockCounted is DotThenBlockCounted with its epilogue.
+func dotThenBlockCounted(form, typ string, sh DotShape, epilogue *k.Kernel) (*k.Kernel, error) {
 	sh.Rows, sh.Threads = max(sh.Rows, 1), cmp.Or(sh.Threads, WarpLanes)
 	if 32%sh.Rows != 0 || sh.Acts > 1 || sh.Threads != WarpLanes {
 		return nil, fmt.Errorf("MatVecDot%s%s counted: shape %+v (warp groups, rows dividing 32, one activation row)", form, typ, sh)
 	}
 	sh.Stage = 0
-	var epilogue *k.Kernel
-	switch form {
-	case "SwiGLU":
-		epilogue = QuantizeQ8_0()
-	case "Add":
-		epilogue = NormPartQ8_0()
-	default:
-		return nil, fmt.Errorf("MatVecDot%s%s counted: no block epilogue for form %s", form, typ, form)
-	}
 	mv := DotMatVec(form, typ, sh)
 	return k.BlockEpilogue(mv.Name+"C"+epilogue.Name, 32, sh.Rows, mv, epilogue)
 }

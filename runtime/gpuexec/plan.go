@@ -540,28 +540,14 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	}
 	// foldKernel is the integer mat-vec ls (a SwiGLU or a residual Add)
 	// with its output's Q8_0 blocks (and for Add a norm's parts) made in
-	// the same launch: in CTA-local phases (ops.DotSwiGLUQ8_0,
-	// DotAddNormQ8_0), or counted (ops.DotThenBlockCounted); nil where its
-	// shape cannot
+	// the same launch (ops.DotFold: in CTA-local phases, or counted); nil
+	// where its shape cannot
 	foldKernel := func(ls layoutShape, counted bool) *kernel.Kernel {
-		suffix := map[string]string{"SwiGLU": "Q8_0", "Add": "NormQ8_0"}[ls.form]
-		if counted {
-			suffix += "Counted"
-		}
-		name := fmt.Sprintf("MatVecDot%s%s%s%s", ls.form, ls.layout, ls.shape, suffix)
+		name := fmt.Sprintf("fold %s %s %s counted %v", ls.form, ls.layout, ls.shape, counted)
 		if k, ok := kernels[name]; ok {
 			return k
 		}
-		var k *kernel.Kernel
-		var err error
-		switch {
-		case counted:
-			k, err = ops.DotThenBlockCounted(ls.form, ls.layout, ls.shape)
-		case ls.form == "SwiGLU":
-			k, err = ops.DotSwiGLUQ8_0(ls.layout, ls.shape)
-		default:
-			k, err = ops.DotAddNormQ8_0(ls.layout, ls.shape)
-		}
+		k, err := ops.DotFold(ls.form, ls.layout, ls.shape, counted)
 		if err != nil {
 			return nil
 		}
@@ -1035,8 +1021,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					// never stored, the Mul after them done as it stores
 					mul := epilogues[up].node
 					name, mk := dotMatVec("SwiGLU", w.Type, n.Cols, cols, xr)
-					sk := cached(name, mk)
-					p.call(i, sk, append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
+					p.call(i, cached(name, mk), append(append([]any{wv, weight(g.Nodes[up].Weight)}, dotIn...), out[mul])...)
 					fused[next.node], fused[up], fused[mul] = true, true, true
 				case (xr == 1 || dotIn != nil) && hasNext && ek != nil && (x.a == scratch || dotIn != nil):
 					// y is the next node's; the kernel reads only the
