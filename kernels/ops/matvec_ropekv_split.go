@@ -35,7 +35,11 @@ func DotMatVecRopeKVSplit(typA, typB string, sh DotShape, unrollB int) *k.Kernel
 	}
 	sh.Threads = cmp.Or(sh.Threads, WarpLanes)
 	rows := sh.Rows
-	b := k.New(fmt.Sprintf("MatVecDotRopeKV%s_%s%s", typA, typB, sh))
+	name := fmt.Sprintf("MatVecDotRopeKV%s_%s%s", typA, typB, sh)
+	if max(unrollB, 1) != max(sh.Unroll, 1) {
+		name += fmt.Sprintf("_vu%d", max(unrollB, 1)) // the v rows' own unroll
+	}
+	b := k.New(name)
 	b.Doc(fmt.Sprintf("multiplies a q, k (%s) and v (%s) stack by the quantized activation (xq, xd) in integers, %d rows a group of %d threads, rotating q and k and caching k and v as it stores them.", typA, typB, rows, sh.Threads))
 	wa, wb := b.Buffer("wa", k.U8), b.Buffer("wb", k.U8)
 	xq, xd := b.Buffer("xq", k.U8), b.Buffer("xd", k.F32)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -115,4 +117,49 @@ func assemble(t *testing.T, ptxas, dir, name, src string, tg ptx.Target) string 
 		t.Logf("%s %s: spills: %s", name, arch(tg), out.String())
 	}
 	return out.String()
+}
+
+// TestMatVecCTAsBudget checks JITLLM_MATVEC_CTAS: the split q·k·v mat-vec
+// (Q4_K beside Q6_KA at unroll 1, 70 registers as ptxas picks them; 88 at
+// the Q6_KA rows' unroll 2, where a budget of 80 spills) rendered to fit
+// 7 CTAs of 128 a multiprocessor takes at most 72 registers, the budget
+// .minnctapersm 7 leaves, and spills nothing.
+func TestMatVecCTAsBudget(t *testing.T) {
+	ptxas, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Skip("no ptxas on PATH (a CUDA toolkit's; Debian: nvidia-cuda-toolkit): the rendered PTX is checked by the driver on a GPU")
+	}
+	if matVecCTAs("") != nil || matVecCTAs("1") != nil || matVecCTAs("x") != nil {
+		t.Fatal("matVecCTAs set a budget from an empty, 1 or unparsable value")
+	}
+	k := ops.DotMatVecRopeKVSplit("Q4_K", "Q6_KA", ops.DotShape{Rows: 2, Unroll: 2}, 1)
+	other := ops.DotMatVec("Add", "Q4_K", ops.DotShape{Rows: 2, Unroll: 2})
+	tg := ptx.Target{SM: 90, MinCTAs: matVecCTAs("7:_Q6_KA")}
+	if tg.MinCTAs(k) != 7 || tg.MinCTAs(other) != 0 {
+		t.Fatalf("JITLLM_MATVEC_CTAS=7:_Q6_KA picks %d for %s and %d for %s", tg.MinCTAs(k), k.Name, tg.MinCTAs(other), other.Name)
+	}
+	src, err := ptx.Module([]*kernel.Kernel{k, other}, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(src, ".minnctapersm 7") != 1 {
+		t.Fatalf("want one kernel bounded to 7 CTAs:\n%s", src[:min(len(src), 2000)])
+	}
+	log := assemble(t, ptxas, t.TempDir(), "matvec-ctas", src, tg)
+	re := regexp.MustCompile(`Function properties for (\S+)[\s\S]*?(\d+) bytes spill stores[\s\S]*?Used (\d+) registers`)
+	seen := 0
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
+		if !strings.Contains(m[1], "Q6_KA") {
+			continue
+		}
+		seen++
+		regs, _ := strconv.Atoi(m[3])
+		if regs > 72 || m[2] != "0" {
+			t.Fatalf("%s: %s registers, %s bytes spilled, want at most 72 and none", m[1], m[3], m[2])
+		}
+		t.Logf("%s: %s registers", m[1], m[3])
+	}
+	if seen != 1 {
+		t.Fatalf("ptxas's log names the bounded kernel %d times:\n%s", seen, log)
+	}
 }

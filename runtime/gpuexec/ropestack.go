@@ -1,6 +1,7 @@
 package gpuexec
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 
@@ -52,6 +53,12 @@ func ropeStackRows() int {
 	return r
 }
 
+// ropeSplitUnroll is JITLLM_ROPE_SPLIT_UNROLL: the split launch's unroll of
+// the v rows where set (0, the default: the v rows' own shape's). The 8B's
+// split launch at the Q6_KA rows' unroll 2 takes 88 registers (5 CTAs a
+// multiprocessor, 1.16 waves of the H200); at 1, 70 (7 CTAs: one wave).
+func ropeSplitUnroll() int { return max(envInt("JITLLM_ROPE_SPLIT_UNROLL", 0), 0) }
+
 // stackRopeKV replaces, in the one-row steps, each RopeKV launch of q and
 // k rows alone followed by one of v rows alone (of another layout, the same
 // activation, caches and RoPE) with one split launch in the first's shape
@@ -79,10 +86,11 @@ func (p *plan) stackRopeKV() {
 				continue
 			}
 			sh.Stage, sh.Prefetch = 0, false
-			key := fmt.Sprintf("%s_%s%s_u%d", a.layout, b.layout, sh, b.shape.Unroll)
+			unrollB := cmp.Or(ropeSplitUnroll(), b.shape.Unroll)
+			key := fmt.Sprintf("%s_%s%s_u%d", a.layout, b.layout, sh, unrollB)
 			k, ok := made[key]
 			if !ok {
-				k = ops.DotMatVecRopeKVSplit(a.layout, b.layout, sh, b.shape.Unroll)
+				k = ops.DotMatVecRopeKVSplit(a.layout, b.layout, sh, unrollB)
 				made[key] = k
 			}
 			// (wa, wb, xq, xd, [ss, eps,] y, kc, vc, step, freqs, nq, nk, headDim, dims, thetaScale, freqScale)

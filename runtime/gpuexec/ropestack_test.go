@@ -46,6 +46,26 @@ func TestRopeStackPlan(t *testing.T) {
 		t.Fatal("no split launch at 4 rows a group")
 	}
 	agree(t, newHostExec(two), newHostExec(four), 4, 0)
+	// the v rows at unroll 1 (JITLLM_ROPE_SPLIT_UNROLL): the same bits
+	t.Setenv("JITLLM_ROPE_STACK_ROWS", "")
+	t.Setenv("JITLLM_ROPE_SPLIT_UNROLL", "1")
+	one, err := newPlanTiles(m, 64, 4, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	for _, l := range one.launches {
+		if strings.HasPrefix(l.k.Name, "MatVecDotRopeKV") && l.k.Params[1].Buf.Name == "wb" {
+			if !strings.HasSuffix(l.k.Name, "_vu1") {
+				t.Errorf("%s: the v rows not at unroll 1", l.k.Name)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no split launch with the v rows at unroll 1")
+	}
+	agree(t, newHostExec(two), newHostExec(one), 4, 0)
 }
 
 func ropeStackPlan(t *testing.T, name string) {

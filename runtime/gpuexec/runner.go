@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -189,9 +191,29 @@ func render(p *plan, tg ptx.Target, dependent bool) (src string, ks []*kernel.Ke
 		tg.Dependent = func(k *kernel.Kernel) bool { return decode[k] }
 		tg.LaunchEarly = launchEarly(p)
 	}
+	tg.MinCTAs = matVecCTAs(os.Getenv("JITLLM_MATVEC_CTAS"))
 	ks = append(p.kernelList(), am)
 	src, err = ptx.Module(ks, tg)
 	return src, ks, tg, am, err
+}
+
+// matVecCTAs is JITLLM_MATVEC_CTAS ("n" or "n:part"): the mat-vecs (those
+// whose names hold part, where given) rendered to fit n CTAs a
+// multiprocessor (ptx.Target.MinCTAs), a register budget; nil where unset.
+// The split q·k·v launch of the 8B takes 88 registers, 5 CTAs a
+// multiprocessor, and its 768 CTAs 1.16 waves of the H200 (docs/perf, stop 37).
+func matVecCTAs(v string) func(*kernel.Kernel) int {
+	num, part, _ := strings.Cut(v, ":")
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 2 {
+		return nil
+	}
+	return func(k *kernel.Kernel) int {
+		if strings.HasPrefix(k.Name, "MatVecDot") && strings.Contains(k.Name, part) {
+			return n
+		}
+		return 0
+	}
 }
 
 // shared is what the runners of one plan on one device hold in common

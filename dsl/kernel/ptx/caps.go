@@ -62,6 +62,11 @@ type Target struct {
 	// multiprocessor (.minnctapersm LocalWarps over the CTA's warps): a
 	// register budget, occupancy against spills.
 	LocalWarps int
+	// MinCTAs, where set and above 1 for a kernel, asks ptxas to fit that
+	// many of its CTAs on a multiprocessor (.minnctapersm: a register
+	// budget), so that a grid a little over one wave at the registers
+	// ptxas would pick runs in one.
+	MinCTAs func(*kernel.Kernel) int
 	// PhaseBarrier picks a phased kernel's grid barrier (phases.go): ""
 	// a generation word moved by the last CTA to arrive, "sleep" the same
 	// with a backed-off spin, "count" a 64-bit count of arrivals that only

@@ -236,6 +236,13 @@ func entry(k *kernel.Kernel, t Target, id int) (string, error) {
 		// the slots are the CTA's groups: a larger CTA would overrun them
 		f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", f.stageCTA)
 	}
+	if t.MinCTAs != nil {
+		if n := t.MinCTAs(k); n > 1 {
+			// .minnctapersm needs the CTA's bound: the launch's CTA is
+			// ctaFor(width) or smaller
+			f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n.minnctapersm %d\n", f.stageCTA, n)
+		}
+	}
 	if lk.Result != nil {
 		// an entry returns nothing: a GPU kernel stores what it computes
 		return "", fmt.Errorf("ptx: kernel %s: a kernel result (Return) is unsupported; store it", lk.Name)
