@@ -25,17 +25,35 @@ const AttnBlock = 64
 // several heads' rows of one position (the heads of a key-value group in
 // a decode step, which then read each cache block once for all of them):
 // every row attends the positions below first, none one more than the
-// row before.
+// row before. With Split (Heads only) the warps share 16 rows rather than
+// take 16 each: warp w walks blocks w, w+Warps, … and the warps' partial
+// results fold into the rows' at the end, so a short cache's few blocks
+// run side by side, not in turn.
 type AttnShape struct {
 	Warps, HD int
 	Heads     bool
+	Split     bool
 }
 
-// Threads is the CTA: a warp a 16 rows.
+// Threads is the CTA: a warp a 16 rows, or the warps of a split.
 func (s AttnShape) Threads() int { return 32 * s.Warps }
 
 // Rows is the query rows a CTA takes.
-func (s AttnShape) Rows() int { return 16 * s.Warps }
+func (s AttnShape) Rows() int {
+	if s.Split {
+		return 16
+	}
+	return 16 * s.Warps
+}
+
+// copiers is the threads that copy a cache block: a split's warps copy
+// their own blocks.
+func (s AttnShape) copiers() int {
+	if s.Split {
+		return 32
+	}
+	return s.Threads()
+}
 
 // check reports why s is no shape a target renders: 1 to 8 warps, head
 // widths a multiple of 16 up to 256, every thread copying whole 16-byte
@@ -46,8 +64,10 @@ func (s AttnShape) check() error {
 		return fmt.Errorf("%d warps (1 to 8)", s.Warps)
 	case s.HD < 16 || s.HD > 256 || s.HD%16 != 0:
 		return fmt.Errorf("head width %d (a multiple of 16 up to 256)", s.HD)
-	case s.Threads()%(s.HD/8) != 0 || AttnBlock*s.HD/8%s.Threads() != 0:
-		return fmt.Errorf("%d threads do not share a block's 8-value chunks of %d-wide rows evenly", s.Threads(), s.HD)
+	case s.copiers()%(s.HD/8) != 0 || AttnBlock*s.HD/8%s.copiers() != 0:
+		return fmt.Errorf("%d threads do not share a block's 8-value chunks of %d-wide rows evenly", s.copiers(), s.HD)
+	case s.Split && !s.Heads:
+		return fmt.Errorf("a split of the blocks over warps needs Heads (every row's positions the same)")
 	}
 	return nil
 }
@@ -85,6 +105,10 @@ func (b *Builder) blockAttention(sh AttnShape, q, kc, vc, y TileOperand, first, 
 	args := []Expr{q.Off, q.Stride, q.Rows, kc.Off, kc.Stride, vc.Off, vc.Stride, y.Off, y.Stride, first}
 	if err := sh.check(); err != nil {
 		b.fail("block attention: %v", err)
+		return
+	}
+	if span != nil && sh.Split {
+		b.fail("block attention: a partial's range over split warps")
 		return
 	}
 	if span != nil && (!b.check("block attention range", span...) || !allInt(span)) {

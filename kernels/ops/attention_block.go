@@ -90,13 +90,24 @@ func attentionBlock(hd, warps int, q8 bool) *k.Kernel {
 // rather than once a head. With q8 (AttentionBlockHeadsD<hd>Q8_0, hd a
 // multiple of 32) it also quantizes its output as AttentionBlockQ8_0 does,
 // (q, kc, vc, step, y, xq, xd, heads, group, kvDim, scale).
-func AttentionBlockHeads(hd int, q8 bool) *k.Kernel {
+func AttentionBlockHeads(hd int, q8 bool) *k.Kernel { return AttentionBlockHeadsSplit(hd, q8, 1) }
+
+// AttentionBlockHeadsSplit is AttentionBlockHeads with a CTA of warps
+// warps for each key-value group's run of heads, which walk the cache's
+// blocks side by side (warp w blocks w, w+warps, …; kernel.AttnShape.Split)
+// and fold their results at the end: AttentionBlockHeadsD<hd>S<warps>,
+// with Q8_0 output AttentionBlockHeadsD<hd>S<warps>Q8_0 (warps 1: the
+// names and kernel of AttentionBlockHeads).
+func AttentionBlockHeadsSplit(hd int, q8 bool, warps int) *k.Kernel {
 	if !AttnBlockWidth(hd) {
 		panic(fmt.Sprintf("AttentionBlockHeads: head width %d", hd))
 	}
-	sh := k.AttnShape{Warps: 1, HD: hd, Heads: true}
+	sh := k.AttnShape{Warps: max(warps, 1), HD: hd, Heads: true, Split: warps > 1}
 	R := sh.Rows()
 	name := fmt.Sprintf("AttentionBlockHeadsD%d", hd)
+	if sh.Split {
+		name += fmt.Sprintf("S%d", warps)
+	}
 	if q8 {
 		name += "Q8_0"
 	}

@@ -115,6 +115,18 @@ func checkAttentionBlockHeads(t *testing.T, hd int, q []float32, kc, vc []uint16
 	if err := k.Run(ops.QuantizeQ8_0(), y8, wq, wd); err != nil {
 		t.Fatal(err)
 	}
+	// the blocks split over warps: the same rows, the same sums
+	for _, w := range []int{2, 4} {
+		ys := make([]float32, len(q))
+		if err := k.Run(ops.AttentionBlockHeadsSplit(hd, false, w), q, kc, vc, step, ys, heads, group, dim, scale); err != nil {
+			t.Fatal(err)
+		}
+		for i := range ys {
+			if ys[i] != y[i] {
+				t.Fatalf("AttentionBlockHeadsSplit over %d warps, value %d: %v, AttentionBlockHeads' %v", w, i, ys[i], y[i])
+			}
+		}
+	}
 	for i := range y {
 		if math.Abs(float64(y[i]-blk[i])) > 1e-5 || y8[i] != y[i] || xq[i] != wq[i] || xd[i/32] != wd[i/32] {
 			t.Fatalf("AttentionBlockHeads value %d: %v (Q8_0 form %v, quant %d scale %v); AttentionBlock's %v, quant %d, scale %v",

@@ -30,8 +30,16 @@ func TestGPUAttentionBlock(t *testing.T) {
 	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}
 	q8s := map[int]*kernel.Kernel{64: ops.AttentionBlockQ8_0(64, 1), 128: ops.AttentionBlockQ8_0(128, 1)}
 	bsplits := map[int]*kernel.Kernel{64: ops.AttentionBlockSplit(64), 128: ops.AttentionBlockSplit(128)}
-	groups := map[int]*kernel.Kernel{64: ops.AttentionBlockHeads(64, false), 128: ops.AttentionBlockHeads(128, false)}
-	mod, tg := loadKernels(t, c, split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128], bsplits[64], bsplits[128], groups[64], groups[128])
+	// a CTA a key-value group, of one warp and split over 2 and 4
+	groups := map[int][]*kernel.Kernel{}
+	ks := []*kernel.Kernel{split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128], bsplits[64], bsplits[128]}
+	for _, hd := range []int{64, 128} {
+		for _, w := range []int{1, 2, 4} {
+			groups[hd] = append(groups[hd], ops.AttentionBlockHeadsSplit(hd, false, w))
+		}
+		ks = append(ks, groups[hd]...)
+	}
+	mod, tg := loadKernels(t, c, ks...)
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, sh := range []struct {
 		name                          string
@@ -92,21 +100,23 @@ func TestGPUAttentionBlock(t *testing.T) {
 		}
 		if sh.rows == 1 {
 			checkAttnQ8_0(t, c, s, mod, tg, q8s[sh.hd], yd, []cuda.Buffer{qd, kd, vd, stepd}, len(q), len(kc), sh.heads, group, dim, scale)
-			// a CTA a key-value group (AttentionBlockHeads), same arguments
-			gk := groups[sh.hd]
-			runGroup := launcher(t, mod, tg, s, gk, ba, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(len(q)), sh.heads, group, dim, scale)
-			if err := yd.Upload(f32Bytes(nans(len(q)))); err != nil {
-				t.Fatal(err)
+			// a CTA a key-value group (AttentionBlockHeads, split or not),
+			// same arguments
+			for _, gk := range groups[sh.hd] {
+				runGroup := launcher(t, mod, tg, s, gk, ba, ptx.Elems(len(q)), ptx.Elems(len(kc)), ptx.Elems(len(vc)), ptx.Elems(2), ptx.Elems(len(q)), sh.heads, group, dim, scale)
+				if err := yd.Upload(f32Bytes(nans(len(q)))); err != nil {
+					t.Fatal(err)
+				}
+				runGroup()
+				if err := s.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				gworst := attnError(t, yd, q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
+				if gworst > 1e-3 || math.IsNaN(gworst) {
+					t.Errorf("%s at position %d: %s differs from the reference by %.3g", sh.name, sh.pos, gk.Name, gworst)
+				}
+				t.Logf("%s heads, 1 rows at position %d: %s %.1f µs (within %.2g)", sh.name, sh.pos, gk.Name, deviceMicros(t, c, s, 10, runGroup), gworst)
 			}
-			runGroup()
-			if err := s.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			gworst := attnError(t, yd, q, kc, vc, sh.pos, sh.hd, sh.heads, group, dim, scale)
-			if gworst > 1e-3 || math.IsNaN(gworst) {
-				t.Errorf("%s at position %d: %s differs from the reference by %.3g", sh.name, sh.pos, gk.Name, gworst)
-			}
-			t.Logf("%s heads, 1 rows at position %d: %s %.1f µs (within %.2g)", sh.name, sh.pos, gk.Name, deviceMicros(t, c, s, 10, runGroup), gworst)
 			runBlock() // y as AttentionBlock leaves it, for what follows
 		}
 		runSplit, runMerge := attnSplitMerge(t, mod, tg, s, split, merge,

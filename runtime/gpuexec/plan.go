@@ -1231,7 +1231,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 						xq, xd := actQuants(n.Cols, 32)
 						k := cached(fmt.Sprintf("AttentionBlockD%dW%dQ8_0", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockQ8_0(hd, warps) })
 						if rows == 1 && attnHeads {
-							k = cached(fmt.Sprintf("AttentionBlockHeadsD%dQ8_0", hd), func() *kernel.Kernel { return ops.AttentionBlockHeads(hd, true) })
+							k = headsAttention(cached, hd, true)
 						}
 						p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], xq, xd, a.Heads, group, dim, a.Scale)
 						if err := long(ops.AttentionMergeQ8_0, xq, xd); err != nil {
@@ -1248,7 +1248,7 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 					}
 					k := cached(fmt.Sprintf("AttentionBlockD%dW%d", hd, warps), func() *kernel.Kernel { return ops.AttentionBlockWarps(hd, warps) })
 					if rows == 1 && attnHeads {
-						k = cached(fmt.Sprintf("AttentionBlockHeadsD%d", hd), func() *kernel.Kernel { return ops.AttentionBlockHeads(hd, false) })
+						k = headsAttention(cached, hd, false)
 					}
 					p.call(i, k, qIn, whole(kc, p), whole(vc, p), stepAll(p), out[i], a.Heads, group, dim, a.Scale)
 					if err := long(ops.AttentionMerge); err != nil {
@@ -1481,6 +1481,16 @@ func splitTiers() []splitTier {
 		ts = []splitTier{{from: ts[0].from, chunks: v}}
 	}
 	return ts
+}
+
+// headsAttention is the one-row step's short attention, a CTA a key-value
+// group (ops.AttentionBlockHeadsSplit), its blocks split over
+// JITLLM_ATTN_WARPS warps where set above 1 (untimed: one warp, the
+// default, walks the blocks in turn).
+func headsAttention(cached func(string, func() *kernel.Kernel) *kernel.Kernel, hd int, q8 bool) *kernel.Kernel {
+	w := min(max(envInt("JITLLM_ATTN_WARPS", 1), 1), 8)
+	name := fmt.Sprintf("AttentionBlockHeadsD%dS%dQ8_0%v", hd, w, q8)
+	return cached(name, func() *kernel.Kernel { return ops.AttentionBlockHeadsSplit(hd, q8, w) })
 }
 
 // decodeBlockHeads is the fewest heads a one-row step attends with

@@ -19,12 +19,26 @@ import "github.com/jitllm/jitllm/dsl/kernel"
 func attnPitch(sh kernel.AttnShape) int { return 2*sh.HD + 16 }
 
 // attnShared is a block attention's dynamic shared memory: two stages of a
-// key and a value block.
-func attnShared(sh kernel.AttnShape) int { return 2 * 2 * kernel.AttnBlock * attnPitch(sh) }
+// key and a value block, a split's for each warp (the warps' partial
+// results, which fold at the end, take less).
+func attnShared(sh kernel.AttnShape) int {
+	n := 2 * 2 * kernel.AttnBlock * attnPitch(sh)
+	if sh.Split {
+		n *= sh.Warps
+	}
+	return n
+}
 
 func (f *fn) attnStmt(s *kernel.Stmt) {
 	sh := *s.Attn
 	nt, hd, pitch := sh.Threads(), sh.HD, attnPitch(sh)
+	// a split's warps (kernel.AttnShape.Split) each walk every Warps-th
+	// block with stages of their own, copied by their own lanes
+	split, stride := sh.Split && sh.Warps > 1, 1
+	copiers := nt
+	if split {
+		stride, copiers = sh.Warps, 32
+	}
 	if !f.blockCTA("block attention", nt) {
 		return
 	}
@@ -62,7 +76,11 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	f.ins("min.s64 %s, %s, %d", rows, qRows, sh.Rows())
 	ra := f.reg(c64)
 	w := f.reg(c32)
-	f.ins("mad.lo.u32 %s, %s, 16, %s", w, warp, g)
+	if split { // the warps share the rows
+		f.ins("mov.u32 %s, %s", w, g)
+	} else {
+		f.ins("mad.lo.u32 %s, %s, 16, %s", w, warp, g)
+	}
 	f.ins("cvt.u64.u32 %s, %s", ra, w)
 	rb := f.reg(c64)
 	f.ins("add.s64 %s, %s, 8", rb, ra)
@@ -134,12 +152,17 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		f.ins("min.u32 %s, %s, %s", nb, nb, hb)
 	}
 
-	// copies: thread tid takes chunk tid%cpr of rows tid/cpr + pass·(T/cpr)
+	// copies: thread tid (a split's lane) takes chunk tid%cpr of rows
+	// tid/cpr + pass·(T/cpr)
 	cpr := hd / 8
-	pass := nt / cpr
+	pass := copiers / cpr
+	ct := tid
+	if split {
+		ct = l
+	}
 	crow, cpart := f.reg(c32), f.reg(c32)
-	f.ins("shr.u32 %s, %s, %d", crow, tid, log2(cpr))
-	f.ins("and.b32 %s, %s, %d", cpart, tid, cpr-1)
+	f.ins("shr.u32 %s, %s, %d", crow, ct, log2(cpr))
+	f.ins("and.b32 %s, %s, %d", cpart, ct, cpr-1)
 	laneW := f.reg(c32)
 	f.ins("shl.b32 %s, %s, 4", laneW, cpart)
 	f.ins("mad.lo.u32 %s, %s, %d, %s", laneW, crow, pitch, laneW)
@@ -162,7 +185,13 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		f.ins("shl.b64 %s, %s, 1", r, r)
 		f.ins("add.s64 %s, %s, %s", cc.ptr, c.b.addr, r)
 		f.ins("mul.lo.s64 %s, %s, %d", cc.passBytes, c.stride, 2*pass)
-		f.ins("mul.lo.s64 %s, %s, %d", cc.blockBytes, c.stride, 2*kernel.AttnBlock)
+		f.ins("mul.lo.s64 %s, %s, %d", cc.blockBytes, c.stride, 2*kernel.AttnBlock*stride)
+		if split { // from the warp's first block
+			w64 := f.reg(c64)
+			f.ins("cvt.u64.u32 %s, %s", w64, warp)
+			f.ins("mul.lo.s64 %s, %s, %d", w64, w64, 2*kernel.AttnBlock)
+			f.ins("mad.lo.s64 %s, %s, %s, %s", cc.ptr, w64, c.stride, cc.ptr)
+		}
 		if s.Part { // from the range's first block
 			b0 := f.reg(c64)
 			f.ins("cvt.u64.u32 %s, %s", b0, jb0)
@@ -212,10 +241,28 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 	o := f.zeroTiles(hd / 8)
 	smem := f.reg(c32)
 	f.ins("mov.u32 %s, %s", smem, f.smemName())
+	base := smem // the stages: the CTA's, or the warp's in a split
+	if split {
+		base = f.reg(c32)
+		f.ins("mad.lo.u32 %s, %s, %d, %s", base, warp, 2*stage, smem)
+	}
 	wbase := f.reg(c32)
-	f.ins("add.u32 %s, %s, %s", wbase, smem, laneW)
+	f.ins("add.u32 %s, %s, %s", wbase, base, laneW)
 	p := f.reg(cPred)
-	if s.Part {
+	jb := f.reg(c32)
+	par := "" // a split's stage: its iterations' parity
+	switch {
+	case split:
+		// the warp's first block, none past the last
+		f.ins("mov.u32 %s, %s", jb, warp)
+		par = f.reg(c32)
+		f.ins("mov.u32 %s, 0", par)
+		none := f.label()
+		f.ins("setp.ge.u32 %s, %s, %s", p, jb, nb)
+		f.ins("@%s bra %s", p, none)
+		copyBlock(wbase)
+		f.place(none)
+	case s.Part:
 		// the first block into its stage (jb0's parity), none for an
 		// empty range
 		empty, first := f.label(), f.reg(c32)
@@ -225,26 +272,33 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 		f.ins("mad.lo.u32 %s, %s, %d, %s", first, first, stage, wbase)
 		copyBlock(first)
 		f.place(empty)
-	} else {
+		f.ins("mov.u32 %s, %s", jb, jb0)
+	default:
 		copyBlock(wbase)
+		f.ins("mov.u32 %s, %s", jb, jb0)
 	}
 	f.ins("cp.async.commit_group")
 
-	jb := f.reg(c32)
-	f.ins("mov.u32 %s, %s", jb, jb0)
 	top, done, noCopy := f.label(), f.label(), f.label()
 	f.place(top)
 	f.ins("setp.ge.u32 %s, %s, %s", p, jb, nb)
 	f.ins("@%s bra %s", p, done)
-	// block jb has landed and every warp is done with the other stage
+	// block jb has landed and every warp (a split's: every lane) is done
+	// with the other stage
 	f.ins("cp.async.wait_group 0")
-	f.ins("bar.sync 0")
 	cur, next := f.reg(c32), f.reg(c32)
-	f.ins("and.b32 %s, %s, 1", t, jb)
-	f.ins("mad.lo.u32 %s, %s, %d, %s", cur, t, stage, smem)
+	if split {
+		f.ins("bar.warp.sync -1")
+		f.ins("mov.u32 %s, %s", t, par)
+		f.ins("xor.b32 %s, %s, 1", par, par)
+	} else {
+		f.ins("bar.sync 0")
+		f.ins("and.b32 %s, %s, 1", t, jb)
+	}
+	f.ins("mad.lo.u32 %s, %s, %d, %s", cur, t, stage, base)
 	f.ins("xor.b32 %s, %s, 1", t, t)
 	f.ins("mad.lo.u32 %s, %s, %d, %s", next, t, stage, wbase)
-	f.ins("add.u32 %s, %s, 1", t, jb)
+	f.ins("add.u32 %s, %s, %d", t, jb, stride)
 	f.ins("setp.ge.u32 %s, %s, %s", p, t, nb)
 	f.ins("@%s bra %s", p, noCopy)
 	copyBlock(next)
@@ -332,10 +386,15 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 			f.mma(o[2*pr+1], pa, bf[2], bf[3])
 		}
 	}
-	f.ins("add.u32 %s, %s, 1", jb, jb)
+	f.ins("add.u32 %s, %s, %d", jb, jb, stride)
 	f.ins("bra %s", top)
 	f.place(done)
 	f.ins("bar.sync 0") // the next grid iteration's copies may refill either stage
+	skip := ""
+	if split {
+		skip = f.label()
+		f.attnFold(sh, warp, l, smem, []string{mA, mB, lA, lB}, o, skip)
+	}
 
 	// the rows' sums over their quads, the outputs divided by them (a
 	// partial's left as they are, its maxima back in natural units)
@@ -378,7 +437,70 @@ func (f *fn) attnStmt(s *kernel.Stmt) {
 			f.attnQuant(s, qargs, r, ok, t4, vals)
 		}
 	}
+	if split {
+		f.place(skip)
+	}
 	f.ins("bar.sync 0") // the other threads may read these rows next
+}
+
+// attnFold folds a split's warps' partial results into warp 0's (the
+// others then branch to skip): warps 1… leave their rows' maxima, lane
+// sums (state: mA, mB, lA, lB) and output tiles in shared memory, value i
+// of lane l at [(w−1)·per + 128i + 4l]; warp 0 takes each in turn as
+// flash attention takes a block, m' = max(m, m_w), x' = x·2^(m−m') +
+// x_w·2^(m_w−m'). Warp 0 always holds block 0, so m' is finite and a warp
+// with no block (m_w = −Inf) adds nothing.
+func (f *fn) attnFold(sh kernel.AttnShape, warp, l, smem string, state []string, o [][4]string, skip string) {
+	vals := append([]string(nil), state...)
+	for _, tile := range o {
+		vals = append(vals, tile[:]...)
+	}
+	per := 4 * 32 * len(vals)
+	w0, gathered := f.reg(cPred), f.label()
+	f.ins("setp.eq.u32 %s, %s, 0", w0, warp)
+	la := f.reg(c32)
+	f.ins("mad.lo.u32 %s, %s, 4, %s", la, l, smem)
+	f.ins("@%s bra %s", w0, gathered)
+	a := f.reg(c32)
+	f.ins("add.u32 %s, %s, -1", a, warp)
+	f.ins("mad.lo.u32 %s, %s, %d, %s", a, a, per, la)
+	for i, v := range vals {
+		f.ins("st.shared.f32 [%s+%d], %s", a, 128*i, v)
+	}
+	f.place(gathered)
+	f.ins("bar.sync 0")
+	f.ins("@!%s bra %s", w0, skip)
+	mA, mB, lA, lB := state[0], state[1], state[2], state[3]
+	for w := 1; w < sh.Warps; w++ {
+		at := func(i int) string {
+			r := f.reg(cF32)
+			f.ins("ld.shared.f32 %s, [%s+%d]", r, la, (w-1)*per+128*i)
+			return r
+		}
+		var keep, take [2]string
+		for h, m := range []string{mA, mB} {
+			mw, nm := at(h), f.reg(cF32)
+			f.ins("max.f32 %s, %s, %s", nm, m, mw)
+			keep[h], take[h] = f.reg(cF32), f.reg(cF32)
+			f.ins("sub.f32 %s, %s, %s", keep[h], m, nm)
+			f.ins("ex2.approx.ftz.f32 %s, %s", keep[h], keep[h])
+			f.ins("sub.f32 %s, %s, %s", take[h], mw, nm)
+			f.ins("ex2.approx.ftz.f32 %s, %s", take[h], take[h])
+			f.ins("mov.f32 %s, %s", m, nm)
+		}
+		for h, sum := range []string{lA, lB} {
+			lw := at(2 + h)
+			f.ins("mul.f32 %s, %s, %s", sum, sum, keep[h])
+			f.ins("fma.rn.f32 %s, %s, %s, %s", sum, lw, take[h], sum)
+		}
+		for n := range o {
+			for e := range 4 {
+				ow := at(4 + 4*n + e)
+				f.ins("mul.f32 %s, %s, %s", o[n][e], o[n][e], keep[e/2])
+				f.ins("fma.rn.f32 %s, %s, %s, %s", o[n][e], ow, take[e/2], o[n][e])
+			}
+		}
+	}
 }
 
 // quadFold folds the f32 r over the four lanes of its quad (shfl.bfly 1,
