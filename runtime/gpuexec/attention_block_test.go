@@ -30,11 +30,12 @@ func TestGPUAttentionBlock(t *testing.T) {
 	ones := map[int]*kernel.Kernel{64: ops.AttentionBlockWarps(64, 1), 128: ops.AttentionBlockWarps(128, 1)}
 	q8s := map[int]*kernel.Kernel{64: ops.AttentionBlockQ8_0(64, 1), 128: ops.AttentionBlockQ8_0(128, 1)}
 	bsplits := map[int]*kernel.Kernel{64: ops.AttentionBlockSplit(64), 128: ops.AttentionBlockSplit(128)}
-	// a CTA a key-value group, of one warp and split over 2 and 4
+	// a CTA a key-value group, of one warp and split over 2 and (where
+	// their stages fit, attnSplitShared) 4
 	groups := map[int][]*kernel.Kernel{}
 	ks := []*kernel.Kernel{split, merge, blocks[64], blocks[128], ones[64], ones[128], q8s[64], q8s[128], bsplits[64], bsplits[128]}
-	for _, hd := range []int{64, 128} {
-		for _, w := range []int{1, 2, 4} {
+	for hd, ws := range map[int][]int{64: {1, 2, 4}, 128: {1, 2}} {
+		for _, w := range ws {
 			groups[hd] = append(groups[hd], ops.AttentionBlockHeadsSplit(hd, false, w))
 		}
 		ks = append(ks, groups[hd]...)
@@ -224,6 +225,31 @@ func checkAttnQ8_0(t *testing.T, c *cuda.Context, s *cuda.Stream, mod *cuda.Modu
 	for i := range wq {
 		if gq[i] != wq[i] || scales[i/32] != wd[i/32] {
 			t.Fatalf("%s value %d: quant %d scale %v, QuantizeQ8_0's %d %v", k.Name, i, int8(gq[i]), scales[i/32], int8(wq[i]), wd[i/32])
+		}
+	}
+}
+
+// JITLLM_ATTN_WARPS splits the short attention's blocks over that many
+// warps, as many as their stages fit attnSplitShared: 4 at a head width
+// of 64, 2 at 128; unset, one warp.
+func TestHeadsAttentionWarps(t *testing.T) {
+	made := func(_ string, mk func() *kernel.Kernel) *kernel.Kernel { return mk() }
+	for _, c := range []struct {
+		env  string
+		hd   int
+		want string
+	}{{"", 128, "AttentionBlockHeadsD128Q8_0"}, {"8", 128, "AttentionBlockHeadsD128S2Q8_0"}, {"8", 64, "AttentionBlockHeadsD64S4Q8_0"}, {"2", 64, "AttentionBlockHeadsD64S2Q8_0"}} {
+		t.Setenv("JITLLM_ATTN_WARPS", c.env)
+		k := headsAttention(made, c.hd, true)
+		if k.Name != c.want {
+			t.Errorf("JITLLM_ATTN_WARPS=%q, head width %d: %s, want %s", c.env, c.hd, k.Name, c.want)
+		}
+		lp, err := ptx.Plan(k, ptx.Target{SM: 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lp.Shared+lp.Stages > attnSplitShared {
+			t.Errorf("%s: %d bytes of shared memory, over %d", k.Name, lp.Shared+lp.Stages, attnSplitShared)
 		}
 	}
 }

@@ -543,13 +543,15 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 	// the same launch (ops.DotFold: in CTA-local phases, or counted); nil
 	// where its shape cannot
 	foldKernel := func(ls layoutShape, counted bool) *kernel.Kernel {
-		name := fmt.Sprintf("fold %s %s %s counted %v", ls.form, ls.layout, ls.shape, counted)
-		if k, ok := kernels[name]; ok {
-			return k
-		}
 		k, err := ops.DotFold(ls.form, ls.layout, ls.shape, counted)
 		if err != nil {
 			return nil
+		}
+		// by the kernel's name: shapes apart only in what the fold drops
+		// (a counted fold is unstaged) make one kernel
+		name := "fold " + k.Name
+		if prev, ok := kernels[name]; ok {
+			return prev
 		}
 		kernels[name] = k
 		return k
@@ -1485,13 +1487,19 @@ func splitTiers() []splitTier {
 
 // headsAttention is the one-row step's short attention, a CTA a key-value
 // group (ops.AttentionBlockHeadsSplit), its blocks split over
-// JITLLM_ATTN_WARPS warps where set above 1 (untimed: one warp, the
-// default, walks the blocks in turn).
+// JITLLM_ATTN_WARPS warps where set above 1 (one warp, the default, walks
+// the blocks in turn). Each warp takes two stages of a key and a value
+// block (68 KiB at a head width of 128), so the warps are as many as fit
+// attnSplitShared.
 func headsAttention(cached func(string, func() *kernel.Kernel) *kernel.Kernel, hd int, q8 bool) *kernel.Kernel {
-	w := min(max(envInt("JITLLM_ATTN_WARPS", 1), 1), 8)
+	w := min(max(envInt("JITLLM_ATTN_WARPS", 1), 1), 8, max(attnSplitShared/(2*2*kernel.AttnBlock*(2*hd+16)), 1))
 	name := fmt.Sprintf("AttentionBlockHeadsD%dS%dQ8_0%v", hd, w, q8)
 	return cached(name, func() *kernel.Kernel { return ops.AttentionBlockHeadsSplit(hd, q8, w) })
 }
+
+// attnSplitShared bounds a split short attention's shared memory: what a
+// CTA may take on sm_80 (163 KiB; sm_90 227 KiB).
+const attnSplitShared = 160 << 10
 
 // decodeBlockHeads is the fewest heads a one-row step attends with
 // AttentionBlock, a CTA a head: fewer would leave the GPU idle while each

@@ -273,7 +273,7 @@ func loadShared(c *cuda.Context, p *plan) (sh *shared, err error) {
 			return sh, fmt.Errorf("%s: %w", k.Name, err)
 		}
 		if err := allowShared(sh.fns[k], lp.Shared+lp.Stages); err != nil {
-			return sh, err
+			return sh, fmt.Errorf("%s: %d bytes of shared memory a CTA: %w", k.Name, lp.Shared+lp.Stages, err)
 		}
 		if carve >= 0 {
 			if err := sh.fns[k].SetCarveout(carve); err != nil {

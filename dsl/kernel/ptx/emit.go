@@ -21,7 +21,14 @@ func Module(ks []*kernel.Kernel, t Target) (string, error) {
 	if t.Trace {
 		b.WriteString(traceGlobals())
 	}
+	names := map[string]bool{}
 	for i, k := range ks {
+		// an entry's name is its kernel's: two kernels of one name would
+		// be two definitions the driver refuses
+		if names[k.Name] {
+			return "", fmt.Errorf("ptx: two kernels named %s in one module", k.Name)
+		}
+		names[k.Name] = true
 		var s string
 		var err error
 		if k.Epilogue != nil {
