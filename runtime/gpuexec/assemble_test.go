@@ -163,3 +163,38 @@ func TestMatVecCTAsBudget(t *testing.T) {
 		t.Fatalf("ptxas's log names the bounded kernel %d times:\n%s", seen, log)
 	}
 }
+
+// The knobs still to time (docs/gpu.md) load as the defaults do: the
+// synth 1B's plan with the counted folds, the split launch's v rows at
+// unroll 1 and the short attention over two warps renders for sm_90 with
+// dependent launches and assembles (stop 39's device call found the
+// counted folds' module refused for two kernels of one name).
+func TestKnobModulesAssemble(t *testing.T) {
+	ptxas, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Skip("no ptxas on PATH (a CUDA toolkit's; Debian: nvidia-cuda-toolkit): the rendered PTX is checked by the driver on a GPU")
+	}
+	m := loadModel(t, "synth:llama-3.2-1b/Q4_K_M")
+	for _, knobs := range [][]string{
+		{"JITLLM_NORM_FOLD", "count", "JITLLM_SWIGLU_Q8_0", "count"},
+		{"JITLLM_ROPE_SPLIT_UNROLL", "1", "JITLLM_ATTN_WARPS", "2", "JITLLM_MATVEC_CTAS", "7:_Q6_KA"},
+	} {
+		for i := 0; i < len(knobs); i += 2 {
+			t.Setenv(knobs[i], knobs[i+1])
+		}
+		p, err := newPlanTiles(m, 128, 64, true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg := ptx.Target{SM: 90} // render takes JITLLM_MATVEC_CTAS itself
+		src, ks, _, _, err := render(p, tg, true)
+		if err != nil {
+			t.Fatalf("%v: %v", knobs, err)
+		}
+		assemble(t, ptxas, t.TempDir(), "knobs", src, tg)
+		t.Logf("%v: %d kernels assembled", knobs, len(ks))
+		for i := 0; i < len(knobs); i += 2 {
+			t.Setenv(knobs[i], "")
+		}
+	}
+}
