@@ -25,6 +25,11 @@
 #                                        "X=default" for none), interleaved twice, to $OUT/knobs.log
 #   scripts/gpu-check.sh trace           the same settings' TestGPUStepTrace (gpuexec.test built): the step's
 #                                        timeline CTA by CTA, to $OUT/trace-<model>-<n>.log
+#   scripts/gpu-check.sh verify          on the GPU host (gpuexec.test built): the quick checks of what the knobs
+#                                        still to time run (TestGPUMatchesCPU on the synth 1B Q4_K_M, its cases
+#                                        the counted folds among them, again under each setting of
+#                                        GPU_CHECK_VERIFY, default JITLLM_ATTN_WARPS=2; TestGPUAttentionBlock), to
+#                                        $OUT/verify.log: run it before timing them
 # Both builds end by saying whether the tree and .devbin fit the device tool's 64 MiB. Where they do not
 # (each jitllm is 2.25 MB), carry some of the binaries, run ab, and carry the rest in the next call while
 # the machine is warm: ab times every binary in /tmp/gpu-check-ab, the earlier call's ones included.
@@ -235,8 +240,31 @@ knobs | trace)
 		done
 	done
 	;;
+verify)
+	B=/tmp/gpu-check-bin
+	unpack "$B" "$bin"/gpuexec.test.xz
+	log=${OUT:+$OUT/verify.log}
+	log=${log:-/dev/stdout}
+	keep='^(\s*--- |PASS|FAIL|ok|panic)|_test.go'
+	{
+		nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+		cd runtime/gpuexec
+		old=$IFS
+		IFS=';'
+		for v in X=default ${GPU_CHECK_VERIFY:-JITLLM_ATTN_WARPS=2}; do
+			IFS=$old
+			echo "== TestGPUMatchesCPU synth 1B Q4_K_M: $v $(date -u +%H:%M:%S)"
+			# shellcheck disable=SC2086 # v is a list of VAR=value
+			env $v timeout 120 "$B/gpuexec.test" -test.v -test.run 'TestGPUMatchesCPU/synth:llama-3.2-1b/Q4_K_M$' 2>&1 | grep -E "$keep" | tail -30 || true
+			IFS=';'
+		done
+		IFS=$old
+		echo "== TestGPUAttentionBlock $(date -u +%H:%M:%S)"
+		timeout 150 "$B/gpuexec.test" -test.v -test.run 'TestGPUAttentionBlock$' 2>&1 | grep -E "$keep" | grep -vE 'AttentionSplit\+Merge' | tail -60 || true
+	} >>"$log" 2>&1
+	;;
 *)
-	echo "usage: scripts/gpu-check.sh build|run|build-ab REV…|ab|knobs|trace" >&2
+	echo "usage: scripts/gpu-check.sh build|run|build-ab REV…|ab|knobs|trace|verify" >&2
 	exit 2
 	;;
 esac
