@@ -207,7 +207,7 @@ knobs | trace)
 	log=${OUT:+$OUT/knobs.log}
 	log=${log:-/dev/stdout}
 	export XDG_CACHE_HOME=/tmp/gpu-check-cache
-	knobs=${GPU_CHECK_KNOBS:-X=default;JITLLM_NORM_FOLD=count JITLLM_SWIGLU_Q8_0=count;JITLLM_ROPE_SPLIT_UNROLL=1;JITLLM_ATTN_WARPS=4;JITLLM_NORM_FOLD=count;JITLLM_SWIGLU_Q8_0=count;JITLLM_Q4K_WIDE=2,128}
+	knobs=${GPU_CHECK_KNOBS:-X=default;JITLLM_NORM_FOLD=count JITLLM_SWIGLU_Q8_0=count;JITLLM_MATVEC_CTAS=8:AddQ6_KA;JITLLM_ATTN_WARPS=2;JITLLM_NORM_FOLD=count;JITLLM_SWIGLU_Q8_0=count;JITLLM_Q4K_WIDE=2,128}
 	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1 || true
 	root=$(pwd)
 	for spec in ${GPU_CHECK_MODELS:-llama-3.1-8b:q4_k_m}; do

@@ -198,3 +198,66 @@ func TestKnobModulesAssemble(t *testing.T) {
 		}
 	}
 }
+
+// TestStepOccupancy assembles the one-row step of profileModel
+// (GPUEXEC_PROFILE_MODEL, else tiny256) for sm_90 as bind renders it under
+// the knobs set, and logs each launch's grid, CTA, registers (ptxas -v),
+// shared memory, the CTAs a multiprocessor holds (sm_90: 64K registers
+// allocated 256 a warp, 64 warps, 32 CTAs, 228 KiB of shared memory, 1 KiB
+// of it reserved a CTA) and the waves the grid takes on 132
+// multiprocessors: where a launch runs a little over a whole number of
+// waves, a register budget (JITLLM_MATVEC_CTAS) or another shape pays. It
+// fails where a launch's kernel is missing from ptxas's log.
+func TestStepOccupancy(t *testing.T) {
+	ptxas, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Skip("no ptxas on PATH (a CUDA toolkit's; Debian: nvidia-cuda-toolkit)")
+	}
+	p, err := newPlanTiles(profileModel(t), 4096, 512, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _, tg, _, err := render(p, ptx.Target{SM: 90}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := assemble(t, ptxas, t.TempDir(), "step", src, tg)
+	regs := map[string]int{}
+	re := regexp.MustCompile(`Function properties for (\S+)[\s\S]*?Used (\d+) registers`)
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
+		regs[m[1]], _ = strconv.Atoi(m[2])
+	}
+	const sms = 132
+	var b strings.Builder
+	seen := map[*kernel.Kernel]bool{}
+	for _, l := range p.launches {
+		if seen[l.k] {
+			continue
+		}
+		seen[l.k] = true
+		sizes := make([]any, len(l.args))
+		for i, a := range l.args {
+			if v, ok := a.(view); ok {
+				sizes[i] = ptx.Elems(v.n)
+			} else {
+				sizes[i] = a
+			}
+		}
+		grid, block, shared, err := launchShape(l.k, tg, sizes...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := regs[l.k.Name]
+		if !ok {
+			t.Fatalf("%s: not in ptxas's log", l.k.Name)
+		}
+		warps := (int(block.X) + 31) / 32
+		ctas := min(32, 64/warps, 65536/((r*32+255)/256*256*warps))
+		if shared > 0 {
+			ctas = min(ctas, (228<<10)/(int(shared)+1024))
+		}
+		fmt.Fprintf(&b, "%-44s %6d CTAs of %4d, %3d registers, %6d B shared: %2d a multiprocessor, %5.2f waves\n",
+			l.k.Name, grid.X, block.X, r, shared, ctas, float64(grid.X)/float64(max(ctas, 1)*sms))
+	}
+	t.Logf("the one-row step's launches on sm_90 (%d multiprocessors):\n%s", sms, b.String())
+}
