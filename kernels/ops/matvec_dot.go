@@ -555,7 +555,8 @@ func DotFold(form, typ string, sh DotShape, counted bool) (*k.Kernel, error) {
 
 // DotThenBlockCounted is DotSwiGLUQ8_0 or DotAddNormQ8_0 (form "SwiGLU"
 // or "Add") as a kernel.BlockEpilogue instead of local phases: the
-// mat-vec in its own shape and grid (warp groups, unstaged), each block of
+// mat-vec in its own shape and grid (warp groups, staged where its shape
+// is), each block of
 // 32 outputs quantized (and, for "Add", its squares summed) by the group
 // that completes it, counted in a U32 buffer after the epilogue's
 // parameters. The bits are the two kernels' in turn.
@@ -569,7 +570,6 @@ func dotThenBlockCounted(form, typ string, sh DotShape, epilogue *k.Kernel) (*k.
 	if 32%sh.Rows != 0 || sh.Acts > 1 || sh.Threads != WarpLanes {
 		return nil, fmt.Errorf("MatVecDot%s%s counted: shape %+v (warp groups, rows dividing 32, one activation row)", form, typ, sh)
 	}
-	sh.Stage = 0
 	mv := DotMatVec(form, typ, sh)
 	return k.BlockEpilogue(mv.Name+"C"+epilogue.Name, 32, sh.Rows, mv, epilogue)
 }

@@ -673,7 +673,8 @@ func TestDotThenBlockCounted(t *testing.T) {
 	wg, wu := gateUp(quant.Q4_K, n, out, r)
 	xq, xd := partner(t, "Q8_K", opstest.Floats(n, 2, r))
 	res, nw := opstest.Floats(out, 1, r), opstest.Floats(out, 1, r)
-	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2, Unroll: 2}, {Rows: 4}} {
+	// staged too (a counted fold keeps its producer's stages)
+	for _, sh := range []ops.DotShape{{Unroll: 2}, {Rows: 2, Unroll: 2}, {Rows: 4}, {Rows: 2, Unroll: 2, Stage: 4608}} {
 		sy, ay := make([]float32, out), make([]float32, out)
 		if err := k.Run(ops.DotMatVec("SwiGLU", "Q4_K", sh), wg, wu, xq, xd, sy); err != nil {
 			t.Fatal(err)

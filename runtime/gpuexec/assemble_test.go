@@ -80,6 +80,24 @@ func TestKernelsAssemble(t *testing.T) {
 		}
 		ks = append(ks, ck)
 	}
+	// a counted fold of a staged mat-vec (the 8B's o projection), rendered
+	// for a dependent launch: its stages' copies before the wait
+	staged, err := ops.DotThenBlockCounted("Add", "Q4_KQ8_0", ops.DotShape{Rows: 2, Unroll: 2, Stage: 4608})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := ptx.Target{SM: 90, Dependent: func(*kernel.Kernel) bool { return true }}
+	src, err := ptx.Module([]*kernel.Kernel{staged}, dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := ptx.Plan(staged, dep)
+	if wait := strings.Index(src, "griddepcontrol.wait"); err != nil || lp.Stages == 0 || wait < 0 || !strings.Contains(src[:wait], "cp.async") {
+		t.Fatalf("%s: launch %+v (%v), stages' copies before the wait: %v", staged.Name, lp, err, wait >= 0 && strings.Contains(src[:wait], "cp.async"))
+	}
+	if log := assemble(t, ptxas, dir, "staged-fold", src, dep); strings.Contains(log, "spill stores") && !strings.Contains(log, " 0 bytes spill stores") {
+		t.Errorf("%s spills", staged.Name)
+	}
 	for _, tg := range []ptx.Target{{SM: 80}, {SM: 90}, {SM: 90, WGMMA: true}, {SM: 90, WGMMA: true, WGMMAOverlap: true}} {
 		src, err := ptx.Module(ks, tg)
 		if err != nil {

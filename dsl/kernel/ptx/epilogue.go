@@ -7,8 +7,8 @@ import (
 )
 
 // A block epilogue (kernel.BlockEpilogue) is one entry: the producer's
-// grid loop as its own kernel's (any grid, its dependent wait and
-// prefetches; unstaged), and after each iteration the group counts its
+// grid loop as its own kernel's (any grid, its dependent wait, prefetches
+// and stages: the first iteration's copies before the wait), and after each iteration the group counts its
 // rows into its block's count: every lane's stores released
 // (fence.acq_rel.gpu), lane 0 adds the rows with an acquire-release atomic
 // and hands the old count to the group; the group whose rows complete the
@@ -42,6 +42,11 @@ func epilogueEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 	}
 	f := newFn(k.Name, prod.k, t)
 	f.grid, f.width, f.stageCTA = prod.grid, prod.width, ctaFor(prod.width)
+	stages := epilogueStages(t, k, prod)
+	if f.staging = stages > 0; f.staging {
+		// the slots are the CTA's groups: a larger CTA would overrun them
+		f.bounds = fmt.Sprintf(".maxntid %d, 1, 1\n", f.stageCTA)
+	}
 	if t.Trace {
 		f.traceStart(1)
 	}
@@ -88,13 +93,27 @@ func epilogueEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 	if err := f.firstPhase(prod, dependent); err != nil {
 		return "", err
 	}
-	f.afterGroup = nil
+	f.afterGroup, f.staging = nil, false
 	f.traceEnd(id, 0)
 	f.ins("ret")
 	if f.err != nil {
 		return "", f.err
 	}
+	if err := f.checkStages(k, stages); err != nil {
+		return "", err
+	}
 	mode := fmt.Sprintf("%s, each group then counting its %d rows into its block of %d, the group completing a block running %s for it; groups of %d, any grid",
 		prod.k.Name, e.Rows, e.Block, epi.k.Name, prod.width)
 	return f.text(k.Doc, mode, params, 0, 8*prod.width/32), nil
+}
+
+// epilogueStages is the shared memory the stages of block epilogue k's
+// producer p take a CTA (Launch.Stages): its groups' slots, where a
+// dependent launch's wait hides their copies.
+func epilogueStages(t Target, k *kernel.Kernel, p phase) int {
+	cta := ctaFor(p.width)
+	if t.Dependent == nil || !t.Dependent(k) || !canStage(t, p.k.Body, p.grid, p.width, cta) {
+		return 0
+	}
+	return stageRegion(p.grid.Body) * stageSlots(p.width, cta)
 }

@@ -106,7 +106,7 @@ func Plan(k *kernel.Kernel, t Target) (Launch, error) {
 		if err != nil {
 			return Launch{}, err
 		}
-		return Launch{Group: ps[0].width, Loop: ps[0].grid.Var.Name}, nil // the producer's grid, unstaged
+		return Launch{Group: ps[0].width, Loop: ps[0].grid.Var.Name, Stages: epilogueStages(t, k, ps[0])}, nil // the producer's grid
 	}
 	if k.Local != nil {
 		ps, _, err := lowerPhases(k, t)
