@@ -17,6 +17,7 @@ import (
 
 	"github.com/jitllm/jitllm/dsl"
 	"github.com/jitllm/jitllm/dsl/kernel"
+	"github.com/jitllm/jitllm/dsl/kernel/ptx"
 	"github.com/jitllm/jitllm/kernels/ops"
 	"github.com/jitllm/jitllm/kernels/quant"
 	"github.com/jitllm/jitllm/runtime/exec"
@@ -547,8 +548,8 @@ func newPlanTuned(m *exec.Model, context, rows int, tiles bool, f16Budget int64,
 		if err != nil {
 			return nil
 		}
-		// by the kernel's name: shapes apart only in what the fold drops
-		// (a counted fold is unstaged) make one kernel
+		// by the kernel's name: shapes the fold reshapes alike (a local
+		// fold's rows and threads, dotThenBlock) make one kernel
 		name := "fold " + k.Name
 		if prev, ok := kernels[name]; ok {
 			return prev
@@ -1492,7 +1493,10 @@ func splitTiers() []splitTier {
 // block (68 KiB at a head width of 128), so the warps are as many as fit
 // attnSplitShared.
 func headsAttention(cached func(string, func() *kernel.Kernel) *kernel.Kernel, hd int, q8 bool) *kernel.Kernel {
-	w := min(max(envInt("JITLLM_ATTN_WARPS", 1), 1), 8, max(attnSplitShared/(2*2*kernel.AttnBlock*(2*hd+16)), 1))
+	w := min(max(envInt("JITLLM_ATTN_WARPS", 1), 1), 8)
+	for w > 1 && ptx.AttnShared(kernel.AttnShape{Warps: w, HD: hd, Heads: true, Split: true}) > attnSplitShared {
+		w--
+	}
 	name := fmt.Sprintf("AttentionBlockHeadsD%dS%dQ8_0%v", hd, w, q8)
 	return cached(name, func() *kernel.Kernel { return ops.AttentionBlockHeadsSplit(hd, q8, w) })
 }

@@ -22,50 +22,40 @@ func TestRopeStackPlan(t *testing.T) {
 		t.Run(name, func(t *testing.T) { ropeStackPlan(t, name) })
 	}
 	// the split launch at 4 rows a group (JITLLM_ROPE_STACK_ROWS): the
-	// same bits as at the shape's 2, in half the CTAs
+	// same bits as at the shape's 2, in half the CTAs; the v rows at
+	// unroll 1 (JITLLM_ROPE_SPLIT_UNROLL): the same bits
 	m := loadModel(t, "synth:llama-3.2-1b/Q4_K_M")
 	two, err := newPlanTiles(m, 64, 4, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("JITLLM_ROPE_STACK_ROWS", "4")
-	four, err := newPlanTiles(m, 64, 4, true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, l := range four.launches {
-		if strings.HasPrefix(l.k.Name, "MatVecDotRopeKV") && l.k.Params[1].Buf.Name == "wb" {
-			if !strings.Contains(l.k.Name, "x4") {
-				t.Errorf("%s: not 4 rows a group", l.k.Name)
-			}
-			n++
+	for _, c := range []struct {
+		env, val, what string
+		named          func(string) bool
+	}{
+		{"JITLLM_ROPE_STACK_ROWS", "4", "at 4 rows a group", func(n string) bool { return strings.Contains(n, "x4") }},
+		{"JITLLM_ROPE_SPLIT_UNROLL", "1", "with the v rows at unroll 1", func(n string) bool { return strings.HasSuffix(n, "_vu1") }},
+	} {
+		t.Setenv(c.env, c.val)
+		p, err := newPlanTiles(m, 64, 4, true, 0)
+		t.Setenv(c.env, "")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if n == 0 {
-		t.Fatal("no split launch at 4 rows a group")
-	}
-	agree(t, newHostExec(two), newHostExec(four), 4, 0)
-	// the v rows at unroll 1 (JITLLM_ROPE_SPLIT_UNROLL): the same bits
-	t.Setenv("JITLLM_ROPE_STACK_ROWS", "")
-	t.Setenv("JITLLM_ROPE_SPLIT_UNROLL", "1")
-	one, err := newPlanTiles(m, 64, 4, true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n = 0
-	for _, l := range one.launches {
-		if strings.HasPrefix(l.k.Name, "MatVecDotRopeKV") && l.k.Params[1].Buf.Name == "wb" {
-			if !strings.HasSuffix(l.k.Name, "_vu1") {
-				t.Errorf("%s: the v rows not at unroll 1", l.k.Name)
+		n := 0
+		for _, l := range p.launches {
+			if strings.HasPrefix(l.k.Name, "MatVecDotRopeKV") && l.k.Params[1].Buf.Name == "wb" {
+				if !c.named(l.k.Name) {
+					t.Errorf("%s: not a split launch %s", l.k.Name, c.what)
+				}
+				n++
 			}
-			n++
 		}
+		if n == 0 {
+			t.Fatalf("no split launch %s", c.what)
+		}
+		agree(t, newHostExec(two), newHostExec(p), 4, 0)
 	}
-	if n == 0 {
-		t.Fatal("no split launch with the v rows at unroll 1")
-	}
-	agree(t, newHostExec(two), newHostExec(one), 4, 0)
 }
 
 func ropeStackPlan(t *testing.T, name string) {

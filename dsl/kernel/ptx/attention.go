@@ -18,10 +18,10 @@ import "github.com/jitllm/jitllm/dsl/kernel"
 // attnPitch is a staged cache row's bytes: hd f16 values and 16 of padding.
 func attnPitch(sh kernel.AttnShape) int { return 2*sh.HD + 16 }
 
-// attnShared is a block attention's dynamic shared memory: two stages of a
+// AttnShared is a block attention's dynamic shared memory: two stages of a
 // key and a value block, a split's for each warp (the warps' partial
 // results, which fold at the end, take less).
-func attnShared(sh kernel.AttnShape) int {
+func AttnShared(sh kernel.AttnShape) int {
 	n := 2 * 2 * kernel.AttnBlock * attnPitch(sh)
 	if sh.Split {
 		n *= sh.Warps

@@ -76,7 +76,7 @@ func blockShared(body []*kernel.Stmt, wgmma bool) int {
 			case kernel.SBlockMatMul:
 				n = max(n, blockStages(*s.Block, wgmma)*stageBytes(*s.Block, wgmma))
 			case kernel.SBlockAttention:
-				n = max(n, attnShared(*s.Attn))
+				n = max(n, AttnShared(*s.Attn))
 			}
 			walk(s.Body)
 		}

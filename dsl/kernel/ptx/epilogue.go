@@ -8,8 +8,9 @@ import (
 
 // A block epilogue (kernel.BlockEpilogue) is one entry: the producer's
 // grid loop as its own kernel's (any grid, its dependent wait, prefetches
-// and stages: the first iteration's copies before the wait), and after each iteration the group counts its
-// rows into its block's count: every lane's stores released
+// and stages: the first iteration's copies before the wait), and after
+// each iteration the group counts its rows into its block's count: every
+// lane's stores released
 // (fence.acq_rel.gpu), lane 0 adds the rows with an acquire-release atomic
 // and hands the old count to the group; the group whose rows complete the
 // block (old+rows a multiple of the block: the counts only grow) acquires
@@ -108,12 +109,7 @@ func epilogueEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 }
 
 // epilogueStages is the shared memory the stages of block epilogue k's
-// producer p take a CTA (Launch.Stages): its groups' slots, where a
-// dependent launch's wait hides their copies.
+// producer p take a CTA (Launch.Stages), its CTA a grid kernel's.
 func epilogueStages(t Target, k *kernel.Kernel, p phase) int {
-	cta := ctaFor(p.width)
-	if t.Dependent == nil || !t.Dependent(k) || !canStage(t, p.k.Body, p.grid, p.width, cta) {
-		return 0
-	}
-	return stageRegion(p.grid.Body) * stageSlots(p.width, cta)
+	return firstPhaseStages(t, k, p, ctaFor(p.width))
 }

@@ -91,12 +91,18 @@ func localEntry(k *kernel.Kernel, t Target, id int) (string, error) {
 }
 
 // localStages is the shared memory the stages of local phased kernel k's
-// first phase p take a CTA (Launch.Stages): its groups' slots, where a
-// dependent launch's wait hides their copies.
+// first phase p take a CTA (Launch.Stages).
 func localStages(t Target, k *kernel.Kernel, p phase) int {
+	return firstPhaseStages(t, k, p, k.Local.CTA)
+}
+
+// firstPhaseStages is the shared memory the stages of kernel k's first
+// phase p take a CTA of cta threads: its groups' slots, where a dependent
+// launch's wait hides their copies.
+func firstPhaseStages(t Target, k *kernel.Kernel, p phase, cta int) int {
 	dependent := t.Dependent != nil && t.Dependent(k)
-	if !dependent || !canStage(t, p.k.Body, p.grid, p.width, k.Local.CTA) {
+	if !dependent || !canStage(t, p.k.Body, p.grid, p.width, cta) {
 		return 0
 	}
-	return stageRegion(p.grid.Body) * stageSlots(p.width, k.Local.CTA)
+	return stageRegion(p.grid.Body) * stageSlots(p.width, cta)
 }
